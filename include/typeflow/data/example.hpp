@@ -1,0 +1,84 @@
+// What flows through a pipeline: examples, then batches of them.
+//
+// An example holds one sample inline (no heap), so map and shuffle move plain
+// values. batch<N> packs N of them into contiguous arrays that fit copies into
+// the model's arena; the batch's storage is allocated once, when the consumer
+// creates it, and refilled in place every step.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "typeflow/core/shape.hpp"
+
+namespace typeflow::data {
+
+// One sample's tensor, stored inline: T elements laid out row-major in Shape.
+template <class T, class Shape>
+struct tensor_value {
+  using value_type = T;
+  using shape_type = Shape;
+  static constexpr std::size_t size = Shape::size;
+
+  std::array<T, Shape::size> values{};
+
+  T* data() noexcept { return values.data(); }
+  const T* data() const noexcept { return values.data(); }
+  T& operator[](std::size_t i) noexcept { return values[i]; }
+  const T& operator[](std::size_t i) const noexcept { return values[i]; }
+};
+
+// A features/label pair. Label is a tensor_value, e.g. a class id:
+// tensor_value<std::int32_t, shape<>>.
+template <class Features, class Label>
+struct example {
+  using features_type = Features;
+  using label_type = Label;
+  Features features;
+  Label label;
+};
+
+template <class T>
+inline constexpr bool is_example_v = false;
+template <class F, class L>
+inline constexpr bool is_example_v<example<F, L>> = true;
+
+// N examples, contiguous: features (N, Features::shape), labels (N, Label::shape).
+// Rows at index >= valid are padding (zero-filled) after the last real sample,
+// so that evaluate and predict can count every sample; training skips a batch
+// with valid < N.
+template <int N, class Features, class Label>
+struct batch_of {
+  static_assert(N > 0, "batch<N>: the batch size N must be positive");
+  static constexpr int size = N;
+  using features_type = Features;
+  using label_type = Label;
+  using feature_value = typename Features::value_type;
+  using label_value = typename Label::value_type;
+
+  std::vector<feature_value> features = std::vector<feature_value>(N * Features::size);
+  std::vector<label_value> labels = std::vector<label_value>(N * Label::size);
+  int valid = 0;
+};
+
+template <class T>
+inline constexpr bool is_batch_v = false;
+template <int N, class F, class L>
+inline constexpr bool is_batch_v<batch_of<N, F, L>> = true;
+
+// A dataset is a description; open(epoch) starts one pass over it and returns
+// a cursor whose next(out) fills out and returns false at the end. The epoch
+// number lets shuffle reshuffle deterministically from (seed, epoch).
+template <class D>
+concept dataset = requires(const D& d, typename D::element_type& out) {
+  typename D::element_type;
+  { d.cardinality() } -> std::convertible_to<std::int64_t>;  // -1 when unknown
+  { d.open(std::uint64_t{0}).next(out) } -> std::convertible_to<bool>;
+};
+
+template <class D>
+concept batched_dataset = dataset<D> && is_batch_v<typename D::element_type>;
+
+}  // namespace typeflow::data
