@@ -1,0 +1,27 @@
+// Element-wise loops over the cores (OpenMP, the runtime oneDNN also uses, so
+// both share one thread team instead of fighting over the two cores).
+#pragma once
+
+#include <cstddef>
+
+namespace typeflow::backend::cpu {
+
+// Below this many elements a loop runs on the calling thread: waking the
+// team costs more than the work.
+inline constexpr std::ptrdiff_t parallel_threshold = 1 << 15;
+
+// f(i) for i in [0, n), split over the cores, vectorisable by the compiler.
+template <class F>
+inline void parallel_for(std::ptrdiff_t n, F&& f) {
+#pragma omp parallel for simd schedule(static) if (n >= parallel_threshold)
+  for (std::ptrdiff_t i = 0; i < n; ++i) f(i);
+}
+
+// f(r) for each row r in [0, rows), rows split over the cores.
+template <class F>
+inline void parallel_rows(std::ptrdiff_t rows, std::ptrdiff_t row_size, F&& f) {
+#pragma omp parallel for schedule(static) if (rows * row_size >= parallel_threshold)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) f(r);
+}
+
+}  // namespace typeflow::backend::cpu

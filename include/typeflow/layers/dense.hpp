@@ -1,0 +1,104 @@
+// dense<Units>: y = x · kernel + bias over the last axis, as Keras's Dense.
+//
+//   input   (B, ..., in)
+//   kernel  (in, Units)     glorot_uniform
+//   bias    (Units,)        zeros
+//   output  (B, ..., Units)
+//
+// When a relu, tanh or sigmoid follows, it runs inside the matmul as a oneDNN
+// post-op and the activation layer only applies its derivative in backward.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "typeflow/backend/cpu/matmul.hpp"
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/initializers/initializers.hpp"
+#include "typeflow/layers/activation_traits.hpp"
+#include "typeflow/model/layer.hpp"
+
+namespace typeflow {
+
+template <int Units>
+struct dense {
+  static std::string type_name() { return "dense<" + std::to_string(Units) + ">"; }
+
+  template <class In, class Context>
+  struct bind : layer_defaults {
+    static_assert(layer_check<layer_at<Context::position, dense>, given<In>, (Units > 0)>::passed,
+                  "dense<Units>: Units, the number of output features, must be positive");
+    static_assert(layer_check<layer_at<Context::position, dense>, given<In>, (In::rank >= 1)>::passed,
+                  "dense<Units>: the input needs at least one axis; dense works over the last one");
+
+    static constexpr int units = Units > 0 ? Units : 1;  // keeps one error per mistake
+    static constexpr int in_features = In::template dim<-1>;
+    static constexpr std::size_t rows_per_sample = In::size / static_cast<std::size_t>(in_features);
+    using input_shape = In;
+    using output_shape = replace_last_t<In, units>;
+    using kernel_shape = shape<in_features, units>;
+    using params = param_list<param<"kernel", kernel_shape, initializers::glorot_uniform>,
+                              param<"bias", shape<units>, initializers::zeros>>;
+    static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
+    static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
+
+    template <int Batch>
+    class executor {
+      static constexpr int rows = Batch * static_cast<int>(rows_per_sample);
+
+     public:
+      explicit executor(const layer_io& io)
+          : io_(io),
+            forward_(*io.context, {rows, units, in_features}, true, fused),
+            // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units)
+            kernel_grad_(*io.context, {in_features, units, rows, true, false}, false),
+            // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
+            input_grad_(*io.context, {rows, in_features, units, false, true}, false) {}
+
+      std::size_t scratchpad_bytes() const {
+        return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(),
+                         input_grad_.scratchpad_bytes()});
+      }
+
+      void bind(std::byte* scratchpad) {
+        const float* kernel = io_.params + params::template offset<0>;
+        const float* bias = io_.params + params::template offset<1>;
+        forward_.bind(io_.in, kernel, bias, io_.out, scratchpad);
+        kernel_grad_.bind(io_.in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
+        if (io_.d_in) input_grad_.bind(io_.d_out, kernel, nullptr, io_.d_in, scratchpad);
+      }
+
+      void forward() { forward_.run(); }
+
+      void backward() {
+        kernel_grad_.run();
+        bias_gradient();
+        if (io_.d_in) input_grad_.run();
+      }
+
+     private:
+      // d_bias (units) = the column sums of d_out (rows, units).
+      void bias_gradient() {
+        float* d_bias = io_.grads + params::template offset<1>;
+        const float* d_out = io_.d_out;
+#pragma omp parallel for schedule(static) if (rows * units >= backend::cpu::parallel_threshold)
+        for (int u0 = 0; u0 < units; u0 += 64) {
+          const int u1 = u0 + 64 < units ? u0 + 64 : units;
+          float sums[64] = {};
+          for (int r = 0; r < rows; ++r) {
+            const float* row = d_out + static_cast<std::ptrdiff_t>(r) * units;
+#pragma omp simd
+            for (int u = u0; u < u1; ++u) sums[u - u0] += row[u];
+          }
+          for (int u = u0; u < u1; ++u) d_bias[u] = sums[u - u0];
+        }
+      }
+
+      layer_io io_;
+      backend::cpu::matmul forward_, kernel_grad_, input_grad_;
+    };
+  };
+};
+
+}  // namespace typeflow

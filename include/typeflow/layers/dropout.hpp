@@ -1,0 +1,87 @@
+// dropout<Rate>: zeroes each element with probability Rate while training and
+// scales the survivors by 1 / (1 - Rate) (inverted dropout), so evaluation
+// and prediction pass the input through unchanged.
+//
+//   input (B, ...) -> output (B, ...), no parameters; keeps a byte mask per
+//   element from forward to backward.
+//
+// The mask of element i at step s is a pure function of (model seed, layer
+// position, s, i), so a seeded run reproduces bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/random.hpp"
+#include "typeflow/model/layer.hpp"
+
+namespace typeflow {
+
+template <float Rate>
+struct dropout {
+  static std::string type_name() {
+    std::string rate = std::to_string(Rate);
+    while (rate.size() > 3 && rate.back() == '0') rate.pop_back();
+    return "dropout<" + rate + ">";
+  }
+
+  template <class In, class Context>
+  struct bind : layer_defaults {
+    static_assert(layer_check<layer_at<Context::position, dropout>, given<In>,
+                              (Rate >= 0.f && Rate < 1.f)>::passed,
+                  "dropout<Rate>: Rate is the fraction of inputs dropped and must lie in [0, 1)");
+    using input_shape = In;
+    using output_shape = In;
+    static constexpr bool gradient_in_place = true;
+    static constexpr std::size_t workspace_bytes_per_sample = In::size;  // the keep mask
+    static constexpr std::size_t flops_per_sample = In::size;
+
+    template <int Batch>
+    class executor : public executor_defaults {
+      static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
+      static constexpr float scale = 1.f / (1.f - Rate);
+
+     public:
+      explicit executor(const layer_io& io) : io_(io) {}
+
+      void forward() {
+        const float* in = io_.in;
+        float* out = io_.out;
+        if (!io_.run->training || Rate == 0.f) {
+          std::memcpy(out, in, sizeof(float) * count);
+          return;
+        }
+        auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
+        const random_stream rng{mix_seed(io_.run->seed, 0xD120u + Context::position), io_.run->step};
+        backend::cpu::parallel_for(count / 4, [=](std::ptrdiff_t block) {
+          std::uint32_t words[4];
+          rng.block(static_cast<std::uint64_t>(block), words);
+          for (int j = 0; j < 4; ++j) {
+            const std::ptrdiff_t i = block * 4 + j;
+            keep[i] = uniform_from_bits(words[j]) >= Rate;
+            out[i] = keep[i] ? in[i] * scale : 0.f;
+          }
+        });
+        for (std::ptrdiff_t i = count / 4 * 4; i < count; ++i) {
+          keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
+          out[i] = keep[i] ? in[i] * scale : 0.f;
+        }
+      }
+
+      void backward() {
+        if (!io_.d_in) return;
+        float* grad = io_.d_in;
+        const auto* keep = reinterpret_cast<const std::uint8_t*>(io_.workspace);
+        backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] = keep[i] ? grad[i] * scale : 0.f; });
+      }
+
+     private:
+      layer_io io_;
+    };
+  };
+};
+
+}  // namespace typeflow

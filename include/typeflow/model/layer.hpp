@@ -1,0 +1,121 @@
+// What every layer shares: its place in the network, its parameters, and the
+// buffers it reads and writes at run time.
+//
+// A layer is a spec template (dense<512>, relu, ...) with a nested
+// bind<InputShape, Context>. The bound type states the layer's compile-time
+// facts (output shape, parameters, FLOPs, whether its output or gradient may
+// share its input's buffer) and an executor<Batch> that runs forward and
+// backward over fixed addresses in the model's arena.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/core/fixed_string.hpp"
+#include "typeflow/core/shape.hpp"
+
+namespace typeflow {
+
+// Where a layer sits: its index in the sequential (input is 0), and the specs
+// before and after it (void at the ends), so that a matmul can fuse the
+// activation that follows it.
+template <int Position, class Previous, class Next>
+struct layer_context {
+  static constexpr int position = Position;
+  using previous = Previous;
+  using next = Next;
+};
+
+// A check whose name carries the facts: when a static_assert on it fails,
+// g++ prints "'layer_check<layer_at<3, reshape<7, 7>>, given<shape<10>>,
+// false>::passed' evaluates to false" under the rule's sentence.
+template <int Position, class Spec>
+struct layer_at {};
+template <class... Shapes>
+struct given {};
+template <class Where, class Given, bool Ok>
+struct layer_check {
+  static constexpr bool passed = Ok;
+};
+
+// One parameter tensor: its name within the layer, its shape and initializer.
+template <fixed_string Name, class Shape, class Initializer>
+struct param {
+  static constexpr std::string_view name = Name.view();
+  using shape_type = Shape;
+  using initializer = Initializer;
+  static constexpr std::size_t size = Shape::size;
+};
+
+// Parameters are laid out with each tensor on a 64-byte boundary, so that
+// vector loads and oneDNN's kernels see aligned rows.
+inline constexpr std::size_t arena_alignment = 64;
+constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment = arena_alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+constexpr std::size_t aligned_floats(std::size_t count) {
+  return align_up(count * sizeof(float)) / sizeof(float);
+}
+
+template <class... Params>
+struct param_list {
+  static constexpr std::size_t count = sizeof...(Params);
+  using tuple = std::tuple<Params...>;
+  // Floats the list occupies, each tensor padded to the alignment.
+  static constexpr std::size_t floats = (std::size_t{0} + ... + aligned_floats(Params::size));
+  // Real parameters, without the padding.
+  static constexpr std::size_t parameter_count = (std::size_t{0} + ... + Params::size);
+  // Offset (in floats) of parameter I within the layer's region.
+  template <std::size_t I>
+  static constexpr std::size_t offset = [] {
+    constexpr std::size_t sizes[] = {aligned_floats(Params::size)..., 0};
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < I; ++i) sum += sizes[i];
+    return sum;
+  }();
+};
+
+// What a step is doing, shared by every layer of a model.
+struct run_state {
+  bool training = false;         // dropout active, statistics updated
+  std::uint64_t seed = 0;        // the model's seed
+  std::uint64_t step = 0;        // counts forward passes, so dropout masks differ per step
+  int threads = 1;
+};
+
+// The fixed addresses one layer works on, resolved from the memory plan.
+struct layer_io {
+  const float* in = nullptr;    // (B, input_shape)
+  float* out = nullptr;         // (B, output_shape)
+  float* d_in = nullptr;        // (B, input_shape), nullptr when no gradient is wanted
+  const float* d_out = nullptr; // (B, output_shape)
+  float* params = nullptr;      // the layer's parameter region
+  float* grads = nullptr;       // the matching gradient region
+  std::byte* workspace = nullptr;  // per-layer bytes kept from forward to backward
+  backend::cpu::context* context = nullptr;
+  const run_state* run = nullptr;
+};
+
+// Layers without parameters.
+using no_params = param_list<>;
+
+// The facts every bound layer provides, with defaults a layer overrides.
+struct layer_defaults {
+  using params = no_params;
+  static constexpr std::size_t flops_per_sample = 0;
+  static constexpr bool output_aliases_input = false;  // out == in (reshape, fused activation)
+  static constexpr bool gradient_in_place = false;     // d_in == d_out
+  static constexpr std::size_t workspace_bytes_per_sample = 0;
+};
+
+// What executors without library primitives share: no scratchpad to bind.
+struct executor_defaults {
+  std::size_t scratchpad_bytes() const { return 0; }
+  void bind(std::byte*) {}
+};
+
+}  // namespace typeflow

@@ -1,0 +1,120 @@
+// memory_plan<Net, Batch, OptimizerSlots>: where everything lives.
+//
+// One arena holds, in this order, each 64-byte aligned:
+//   parameters      (P floats)         the weights, every tensor aligned
+//   gradients       (P floats)         same layout as the parameters
+//   optimizer slots (Slots x P floats) e.g. adam's m and v
+//   activations     one (Batch, shape) buffer per layer output, except where
+//                   a layer's output is its input's buffer (flatten, fused relu)
+//   gradient buffers two (Batch, max shape) buffers the backward pass
+//                   alternates between (in-place layers stay on one)
+//   workspaces      per-layer bytes kept from forward to backward (dropout masks)
+//   loss rows       (Batch) floats: each sample's loss
+// Every offset is a compile-time constant; the parameters' offsets do not
+// depend on Batch or Slots, so weights stay put when a model is compiled or
+// fitted with another batch size.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "typeflow/model/layer.hpp"
+
+namespace typeflow {
+
+template <class Net, int Batch, int OptimizerSlots = 0>
+struct memory_plan {
+  static_assert(Batch >= 0, "memory_plan: the batch size must not be negative");
+  static_assert(OptimizerSlots >= 0, "memory_plan: optimizer slots must not be negative");
+
+  static constexpr std::size_t layer_count = Net::layer_count;
+  static constexpr std::size_t parameter_floats = Net::parameter_floats;
+  static constexpr std::size_t parameter_bytes = parameter_floats * sizeof(float);
+
+  // Byte offsets of each region.
+  static constexpr std::size_t parameters_offset = 0;
+  static constexpr std::size_t gradients_offset = parameter_bytes;
+  static constexpr std::size_t slots_offset = gradients_offset + parameter_bytes;
+  static constexpr std::size_t slot_offset(int slot) {
+    return slots_offset + static_cast<std::size_t>(slot) * parameter_bytes;
+  }
+  static constexpr std::size_t activations_offset =
+      slots_offset + static_cast<std::size_t>(OptimizerSlots) * parameter_bytes;
+
+  // Byte offset of layer i's parameters within the parameter region (and,
+  // the same, of its gradients within the gradient region).
+  static constexpr auto layer_parameter_offset = [] {
+    std::array<std::size_t, layer_count> offsets{};
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      offsets[i] = at;
+      at += Net::param_floats[i] * sizeof(float);
+    }
+    return offsets;
+  }();
+
+  // Layer i's output buffer.
+  static constexpr auto activation_offset = [] {
+    std::array<std::size_t, layer_count> offsets{};
+    std::size_t at = activations_offset;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      if (i > 0 && Net::output_aliases_input[i]) {
+        offsets[i] = offsets[i - 1];
+      } else {
+        offsets[i] = at;
+        at += align_up(Batch * Net::output_sizes[i] * sizeof(float));
+      }
+    }
+    return offsets;
+  }();
+  static constexpr std::size_t activations_end = [] {
+    std::size_t end = activations_offset;
+    for (std::size_t i = 0; i < layer_count; ++i)
+      if (i == 0 || !Net::output_aliases_input[i])
+        end = activation_offset[i] + align_up(Batch * Net::output_sizes[i] * sizeof(float));
+    return end;
+  }();
+  static constexpr std::size_t activation_bytes = activations_end - activations_offset;
+
+  // The two gradient buffers, each as large as the largest layer output.
+  static constexpr std::size_t gradient_buffer_bytes = [] {
+    std::size_t largest = 0;
+    for (auto s : Net::output_sizes) largest = s > largest ? s : largest;
+    return align_up(Batch * largest * sizeof(float));
+  }();
+  static constexpr std::array<std::size_t, 2> gradient_buffer_offset{
+      activations_end, activations_end + gradient_buffer_bytes};
+
+  // Which gradient buffer holds d(loss)/d(output of layer i). The loss writes
+  // into buffer 0; a layer that is not in place writes its input's gradient
+  // into the other buffer.
+  static constexpr auto output_gradient_buffer = [] {
+    std::array<int, layer_count> which{};
+    which[layer_count - 1] = 0;
+    for (std::size_t i = layer_count - 1; i > 0; --i)
+      which[i - 1] = Net::gradient_in_place[i] ? which[i] : 1 - which[i];
+    return which;
+  }();
+
+  static constexpr auto workspace_offset = [] {
+    std::array<std::size_t, layer_count> offsets{};
+    std::size_t at = activations_end + 2 * gradient_buffer_bytes;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      offsets[i] = at;
+      at += align_up(Batch * Net::workspace_bytes_per_sample[i]);
+    }
+    return offsets;
+  }();
+  static constexpr std::size_t loss_rows_offset = [] {
+    std::size_t end = activations_end + 2 * gradient_buffer_bytes;
+    for (std::size_t i = 0; i < layer_count; ++i) end += align_up(Batch * Net::workspace_bytes_per_sample[i]);
+    return end;
+  }();
+
+  static constexpr std::size_t total_bytes = loss_rows_offset + align_up(Batch * sizeof(float));
+  // Everything that scales with the batch: activations, their gradients,
+  // workspaces and loss rows.
+  static constexpr std::size_t per_step_bytes = total_bytes - activations_offset;
+};
+
+}  // namespace typeflow

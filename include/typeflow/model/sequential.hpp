@@ -1,0 +1,161 @@
+// sequential<input<...>, layers...>: a network as a compile-time list.
+//
+// The list is a Boost.Hana tuple of types. Binding folds over it once: each
+// layer receives the previous layer's output shape and its own position and
+// neighbours, and yields a bound layer whose facts (output shape, parameters,
+// FLOPs, buffer sharing) the memory plan and the train step read. Hana stays
+// here, at the type level; nothing it produces runs in a kernel.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <boost/hana.hpp>
+
+#include "typeflow/layers/input.hpp"
+#include "typeflow/model/layer.hpp"
+
+namespace typeflow {
+
+namespace detail {
+
+// The input as a bound layer: no work, its output is the batch itself.
+template <class Input>
+struct bound_input : layer_defaults {
+  using input_shape = typename Input::shape_type;
+  using output_shape = typename Input::shape_type;
+  template <int Batch>
+  struct executor : executor_defaults {
+    explicit executor(const layer_io&) {}
+    void forward() {}
+    void backward() {}
+  };
+};
+
+template <class Tuple, std::size_t I>
+using spec_or_void = std::conditional_t<(I < std::tuple_size_v<Tuple>),
+                                        std::tuple_element<(I < std::tuple_size_v<Tuple> ? I : 0), Tuple>,
+                                        std::type_identity<void>>;
+
+template <class... Specs>
+struct bind_layers {
+  using specs = std::tuple<Specs...>;
+  static constexpr std::size_t count = sizeof...(Specs);
+
+  template <std::size_t I>
+  using spec_at = std::tuple_element_t<I, specs>;
+  template <std::size_t I>
+  using next_of = typename spec_or_void<specs, I + 1>::type;
+
+  // Left fold: bound layer I is bind<output shape of bound layer I - 1>.
+  static constexpr auto bound = boost::hana::fold_left(
+      boost::hana::make_range(boost::hana::size_c<1>, boost::hana::size_c<count>),
+      boost::hana::make_tuple(boost::hana::type_c<bound_input<spec_at<0>>>),
+      [](auto so_far, auto index) {
+        constexpr std::size_t I = decltype(index)::value;
+        using previous = typename decltype(+boost::hana::back(so_far))::type;
+        using spec = spec_at<I>;
+        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>>;
+        using layer = typename spec::template bind<typename previous::output_shape, context>;
+        return boost::hana::append(so_far, boost::hana::type_c<layer>);
+      });
+
+  using tuple = typename decltype(boost::hana::unpack(bound, [](auto... layers) {
+    return std::type_identity<std::tuple<typename decltype(layers)::type...>>{};
+  }))::type;
+};
+
+}  // namespace detail
+
+template <class Input, class... Layers>
+struct sequential {
+  static_assert(is_input_v<Input>,
+                "sequential<...>: the first element must be input<Dims...>, the per-sample shape");
+
+  // The specs as a Hana type list, for users' own compile-time algorithms.
+  static constexpr auto specs = boost::hana::tuple_t<Input, Layers...>;
+  using input_layer = Input;
+  using input_shape_type = typename Input::shape_type;
+  using input_dtype = typename Input::dtype;
+
+  // The bound layers, in order; layer 0 is the input.
+  using layers = typename detail::bind_layers<Input, Layers...>::tuple;
+  static constexpr std::size_t layer_count = 1 + sizeof...(Layers);
+  template <std::size_t I>
+  using layer = std::tuple_element_t<I, layers>;
+  template <std::size_t I>
+  using spec = std::tuple_element_t<I, std::tuple<Input, Layers...>>;
+
+  using output_shape_type = typename layer<layer_count - 1>::output_shape;
+  static constexpr output_shape_type output_shape{};
+  static constexpr input_shape_type input_shape{};
+
+ private:
+  template <class F>
+  static constexpr auto per_layer(F f) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array{f.template operator()<layer<I>>()...};
+    }(std::make_index_sequence<layer_count>{});
+  }
+
+ public:
+  // Per-layer facts as arrays, indexed by position.
+  static constexpr auto output_sizes =
+      per_layer([]<class L>() { return L::output_shape::size; });
+  static constexpr auto param_floats = per_layer([]<class L>() { return L::params::floats; });
+  static constexpr auto param_counts =
+      per_layer([]<class L>() { return L::params::parameter_count; });
+  static constexpr auto output_aliases_input =
+      per_layer([]<class L>() { return L::output_aliases_input; });
+  static constexpr auto gradient_in_place = per_layer([]<class L>() { return L::gradient_in_place; });
+  static constexpr auto workspace_bytes_per_sample =
+      per_layer([]<class L>() { return L::workspace_bytes_per_sample; });
+  static constexpr auto layer_flops = per_layer([]<class L>() { return L::flops_per_sample; });
+
+  static constexpr std::size_t parameter_count = [] {
+    std::size_t sum = 0;
+    for (auto c : param_counts) sum += c;
+    return sum;
+  }();
+  // Floats of the parameter region, with each tensor 64-byte aligned.
+  static constexpr std::size_t parameter_floats = [] {
+    std::size_t sum = 0;
+    for (auto c : param_floats) sum += c;
+    return sum;
+  }();
+  // Forward FLOPs per sample (a multiply-add counts two).
+  static constexpr std::size_t flops_per_sample = [] {
+    std::size_t sum = 0;
+    for (auto c : layer_flops) sum += c;
+    return sum;
+  }();
+
+  // Whether layer I must produce the gradient of its input: only when some
+  // layer before it has parameters (the data itself needs no gradient).
+  static constexpr auto needs_input_gradient = [] {
+    std::array<bool, layer_count> needs{};
+    bool parameters_before = false;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      needs[i] = parameters_before;
+      parameters_before = parameters_before || param_floats[i] > 0;
+    }
+    return needs;
+  }();
+
+  // The layer's type as written, e.g. "dense<512>".
+  template <std::size_t I>
+  static std::string layer_type_name() {
+    return spec<I>::type_name();
+  }
+};
+
+template <class T>
+inline constexpr bool is_sequential_v = false;
+template <class... L>
+inline constexpr bool is_sequential_v<sequential<L...>> = true;
+
+}  // namespace typeflow

@@ -1,0 +1,110 @@
+// What compile() keeps: the optimizer, the loss and the metrics, each behind a
+// small virtual interface called once per step over whole arrays.
+//
+// The per-element and per-row work inside each call is fully typed and
+// inlined; only the call itself is indirect, so a model type can be compiled
+// with any optimizer, loss and metrics without becoming a new type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "typeflow/losses/losses.hpp"
+#include "typeflow/metrics/metrics.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
+
+namespace typeflow::detail {
+
+struct optimizer_base {
+  virtual ~optimizer_base() = default;
+  virtual int slots() const = 0;
+  virtual std::string_view name() const = 0;
+  virtual double learning_rate() const = 0;
+  virtual void update(float* weights, const float* grads, float* const* slots, std::ptrdiff_t n,
+                      std::int64_t iteration) const = 0;
+};
+
+template <class Optimizer>
+struct optimizer_holder final : optimizer_base {
+  Optimizer optimizer;
+  explicit optimizer_holder(Optimizer o) : optimizer(std::move(o)) {}
+  int slots() const override { return Optimizer::slots; }
+  std::string_view name() const override { return Optimizer::name; }
+  double learning_rate() const override { return optimizer.learning_rate; }
+  void update(float* weights, const float* grads, float* const* slots, std::ptrdiff_t n,
+              std::int64_t iteration) const override {
+    optimizer.update(weights, grads, slots, n, iteration);
+  }
+};
+
+struct loss_base {
+  virtual ~loss_base() = default;
+  virtual losses::label_form form() const = 0;
+  virtual std::string_view name() const = 0;
+  virtual void sparse(const float*, const std::int32_t*, std::ptrdiff_t, int, std::ptrdiff_t, float*,
+                      float*) const = 0;
+  virtual void dense(const float*, const float*, std::ptrdiff_t, int, std::ptrdiff_t, float*,
+                     float*) const = 0;
+};
+
+template <class Loss>
+struct loss_holder final : loss_base {
+  Loss loss;
+  explicit loss_holder(Loss l) : loss(std::move(l)) {}
+  losses::label_form form() const override { return Loss::labels; }
+  std::string_view name() const override { return Loss::name; }
+  void sparse(const float* out, const std::int32_t* ids, std::ptrdiff_t rows, int classes,
+              std::ptrdiff_t valid, float* d_out, float* row_loss) const override {
+    if constexpr (Loss::labels == losses::label_form::sparse) loss(out, ids, rows, classes, valid, d_out, row_loss);
+  }
+  void dense(const float* out, const float* targets, std::ptrdiff_t rows, int classes,
+             std::ptrdiff_t valid, float* d_out, float* row_loss) const override {
+    if constexpr (Loss::labels == losses::label_form::dense)
+      loss(out, targets, rows, classes, valid, d_out, row_loss);
+  }
+};
+
+struct metric_base {
+  virtual ~metric_base() = default;
+  virtual std::string_view name() const = 0;
+  virtual void reset() = 0;
+  virtual double result() const = 0;
+  virtual void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid, int classes) = 0;
+  virtual void update(const float* out, const float* targets, std::ptrdiff_t valid, int classes) = 0;
+};
+
+template <class Metric>
+struct metric_holder final : metric_base {
+  Metric metric;
+  explicit metric_holder(Metric m) : metric(std::move(m)) {}
+  std::string_view name() const override { return Metric::name; }
+  void reset() override { metric.reset(); }
+  double result() const override { return metric.result(); }
+  void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid, int classes) override {
+    if constexpr (requires { metric.update(out, ids, valid, classes); })
+      metric.update(out, ids, valid, classes);
+    else
+      throw std::invalid_argument("typeflow: metric " + std::string(Metric::name) +
+                                  " needs dense targets, but the labels are class ids");
+  }
+  void update(const float* out, const float* targets, std::ptrdiff_t valid, int classes) override {
+    if constexpr (requires { metric.update(out, targets, valid, classes); })
+      metric.update(out, targets, valid, classes);
+    else
+      throw std::invalid_argument("typeflow: metric " + std::string(Metric::name) +
+                                  " needs class-id labels, but the labels are dense targets");
+  }
+};
+
+template <class M>
+concept metric = requires(M m, const float* out, const std::int32_t* ids, const float* t) {
+  { M::name } -> std::convertible_to<std::string_view>;
+  m.reset();
+  { m.result() } -> std::convertible_to<double>;
+};
+
+}  // namespace typeflow::detail

@@ -1,0 +1,460 @@
+// model<Net, Policy, Strategy, Device>: Keras's Model, with the network as a type.
+//
+//   tf::model<mlp> model{/*seed=*/42};
+//   model.summary();
+//   model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+//                 tf::metrics::accuracy{});
+//   auto history = model.fit(train, {.epochs = 3, .validation_data = test});
+//   model.evaluate(test); model.predict(test); model.save_weights("mlp.safetensors");
+//
+// The model owns one arena (see memory_plan.hpp). compile() sizes the
+// optimizer's slots; fit/evaluate/predict set up a step_program for the
+// dataset's compile-time batch size, and then each step runs forward, loss,
+// backward and update over fixed addresses with no allocation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/device.hpp"
+#include "typeflow/core/dtype.hpp"
+#include "typeflow/core/random.hpp"
+#include "typeflow/data/any_dataset.hpp"
+#include "typeflow/data/example.hpp"
+#include "typeflow/distribute/single_device.hpp"
+#include "typeflow/io/safetensors.hpp"
+#include "typeflow/model/memory_plan.hpp"
+#include "typeflow/model/sequential.hpp"
+#include "typeflow/model/summary.hpp"
+#include "typeflow/train/arena.hpp"
+#include "typeflow/train/callback.hpp"
+#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/history.hpp"
+#include "typeflow/train/progress_bar.hpp"
+#include "typeflow/train/step_program.hpp"
+
+namespace typeflow {
+
+// fit's options, Keras's names. Element is the training batch type, so that
+// validation data is any dataset of the same batches.
+template <class Element>
+struct fit_options {
+  int epochs = 1;
+  data::any_dataset<Element> validation_data{};
+  std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
+  int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
+};
+
+// What evaluate returns: "loss" and each metric's name, with its value.
+using evaluation = std::map<std::string, double, std::less<>>;
+
+template <class Net, class Policy = float32, class Strategy = single_device, class Device = cpu>
+class model {
+  static_assert(is_sequential_v<Net>, "model<Net>: Net must be a sequential<input<...>, layers...>");
+  static_assert(std::is_same_v<Policy, float32>,
+                "model<Net, Policy>: only the float32 policy exists so far");
+  static_assert(Strategy::replicas == 1, "model<Net, Policy, Strategy>: only single_device exists so far");
+  static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
+
+ public:
+  using network = Net;
+  using output_shape_type = typename Net::output_shape_type;
+  static constexpr int classes = output_shape_type::rank >= 1 ? output_shape_type::template dim<-1> : 1;
+  static constexpr std::size_t rows_per_sample = output_shape_type::size / classes;
+  static constexpr std::size_t parameter_count = Net::parameter_count;
+
+  // Initialises every parameter from the seed: the same seed gives the same
+  // weights, bit for bit, and (with a seeded pipeline) the same training run.
+  explicit model(std::uint64_t seed = 0) : seed_(seed) {
+    memory_.reserve(memory_plan<Net, 0, 0>::gradients_offset, 0);
+    run_.seed = seed;
+    initialize_parameters();
+  }
+
+  model(const model&) = delete;
+  model& operator=(const model&) = delete;
+
+  // Keras's table: layer, output shape, parameter count, totals.
+  void summary(std::FILE* out = stdout) const { print_summary<Net>(out); }
+
+  template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
+  void compile(Optimizer optimizer, Loss loss, Metrics... metrics) {
+    static_assert(output_shape_type::rank >= 1,
+                  "compile: the model's output has no axis for the loss to read; end the network "
+                  "with a layer that has a feature axis, e.g. dense<1>");
+    static_assert(classes >= Loss::min_classes,
+                  "compile: this loss needs at least two classes on the output's last axis "
+                  "(a single unit cannot hold a probability distribution)");
+    optimizer_ = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer));
+    loss_ = std::make_unique<detail::loss_holder<Loss>>(std::move(loss));
+    metrics_.clear();
+    (metrics_.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics))), ...);
+    slots_ = Optimizer::slots;
+    // Fresh optimizer state; the weights stay.
+    program_.reset();
+    memory_.reserve(step_base(), memory_plan<Net, 0, 0>::gradients_offset);
+    std::memset(memory_.data() + memory_plan<Net, 0, 0>::gradients_offset, 0,
+                step_base() - memory_plan<Net, 0, 0>::gradients_offset);
+    iterations_ = 0;
+  }
+
+  // Trains for options.epochs passes over `train`, a batched dataset whose
+  // batch size N is part of its type. A last partial batch is dropped.
+  template <data::batched_dataset Dataset>
+  history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
+    using batch_type = typename Dataset::element_type;
+    check_batch_type<batch_type>();
+    require_compiled("fit");
+    check_label_form<batch_type>("fit");
+    auto& program = program_for<batch_type::size>();
+
+    history result;
+    history_recorder recorder{result};
+    std::unique_ptr<progress_bar> bar;
+    if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
+    if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
+    std::vector<callback*> callbacks;
+    if (bar) callbacks.push_back(bar.get());
+    callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
+    callbacks.push_back(&recorder);
+
+    const std::int64_t full_batches = train.cardinality() < 0 ? -1 : full_batch_count(train);
+    batch_type batch;
+    logs step_logs, epoch_logs;
+    for (auto* c : callbacks) c->on_train_begin();
+    for (int epoch = 0; epoch < options.epochs; ++epoch) {
+      const epoch_info info{epoch, options.epochs, full_batches};
+      for (auto* c : callbacks) c->on_epoch_begin(info);
+      reset_metrics();
+      auto cursor = train.open(static_cast<std::uint64_t>(epoch_counter_++));
+      std::int64_t step = 0;
+      while (cursor.next(batch)) {
+        if (batch.valid < batch_type::size) break;  // the last partial batch
+        train_step(program, batch);
+        ++step;
+        fill_logs(step_logs, "");
+        step_logs.set("learning_rate", optimizer_->learning_rate());
+        for (auto* c : callbacks) c->on_batch_end(step, step_logs);
+      }
+      epoch_logs = step_logs;
+      if (options.validation_data) {
+        run_evaluation(program, options.validation_data);
+        fill_logs(epoch_logs, "val_");
+      }
+      for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
+    }
+    for (auto* c : callbacks) c->on_train_end(epoch_logs);
+    return result;
+  }
+
+  // The loss and metrics over every sample of `data` (the last batch is
+  // padded and masked), in inference mode.
+  template <data::batched_dataset Dataset>
+  evaluation evaluate(const Dataset& data) {
+    using batch_type = typename Dataset::element_type;
+    check_batch_type<batch_type>();
+    require_compiled("evaluate");
+    check_label_form<batch_type>("evaluate");
+    auto& program = program_for<batch_type::size>();
+    run_evaluation(program, data);
+    logs results;
+    fill_logs(results, "");
+    evaluation out;
+    for (const auto& entry : results) out.emplace(std::string(entry.name), entry.value);
+    return out;
+  }
+
+  // The model's outputs for every sample of `data`, (samples, output shape)
+  // row-major; labels, if any, are ignored.
+  template <data::batched_dataset Dataset>
+  std::vector<float> predict(const Dataset& data) {
+    using batch_type = typename Dataset::element_type;
+    check_batch_type<batch_type>();
+    auto& program = program_for<batch_type::size>();
+    std::vector<float> outputs;
+    if (data.cardinality() > 0)
+      outputs.reserve(static_cast<std::size_t>(data.cardinality()) * batch_type::size * output_shape_type::size);
+    batch_type batch;
+    auto cursor = data.open(0);
+    run_.training = false;
+    while (cursor.next(batch)) {
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+      program.forward();
+      const float* out = program.output();
+      outputs.insert(outputs.end(), out, out + static_cast<std::size_t>(batch.valid) * output_shape_type::size);
+    }
+    return outputs;
+  }
+
+  // Parameters as safetensors, named "layers.<position>.<name>" with their
+  // shapes, e.g. layers.1.kernel (784, 512). Written to a temporary file and
+  // renamed, so a crash never leaves a partial file under `path`.
+  void save_weights(const std::filesystem::path& path) const {
+    std::vector<io::tensor_to_write> tensors;
+    for_each_parameter([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t offset,
+                           std::size_t count) {
+      tensors.push_back({name, "F32", std::move(shape), memory_.template at<float>(offset), count * sizeof(float)});
+    });
+    io::write_safetensors(path, tensors, {{"format", "typeflow"}});
+  }
+
+  // Reads weights saved by save_weights (or any safetensors file with the
+  // same names, shapes and dtypes). A mismatch is refused before anything is
+  // copied, with the first differences listed.
+  void load_weights(const std::filesystem::path& path) {
+    const auto file = io::safetensors_file::read(path);
+    io::check_tensors_match(file, parameter_specs());
+    for_each_parameter([&](const std::string& name, const std::vector<std::int64_t>&, std::size_t offset,
+                           std::size_t count) {
+      const auto bytes = file.data(name);
+      std::memcpy(memory_.template at<float>(offset), bytes.data(), count * sizeof(float));
+    });
+  }
+
+  // The names, shapes and dtypes of every parameter, in arena order.
+  std::vector<io::tensor_spec> parameter_specs() const {
+    std::vector<io::tensor_spec> specs;
+    for_each_parameter([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t, std::size_t) {
+      specs.push_back({name, "F32", std::move(shape)});
+    });
+    return specs;
+  }
+
+  // A parameter's values by name, e.g. "layers.1.kernel"; throws if absent.
+  std::span<float> parameter(std::string_view name) {
+    std::span<float> found;
+    for_each_parameter([&](const std::string& n, const std::vector<std::int64_t>&, std::size_t offset,
+                           std::size_t count) {
+      if (n == name) found = {memory_.template at<float>(offset), count};
+    });
+    if (found.empty()) throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
+    return found;
+  }
+  // The gradient of the last training step for a parameter.
+  std::span<const float> gradient(std::string_view name) {
+    const auto values = parameter(name);
+    const auto offset = reinterpret_cast<const std::byte*>(values.data()) - memory_.data();
+    return {memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset + offset), values.size()};
+  }
+
+  // The whole parameter region (padding included), for bit-for-bit comparisons.
+  std::span<const float> parameter_region() const {
+    return {memory_.template at<float>(0), Net::parameter_floats};
+  }
+
+  std::int64_t iterations() const { return iterations_; }
+  std::uint64_t seed() const { return seed_; }
+  const arena& memory() const { return memory_; }
+
+ private:
+  template <class Batch>
+  static constexpr void check_batch_type() {
+    using features = typename Batch::features_type;
+    static_assert(std::is_same_v<typename features::shape_type, typename Net::input_shape_type>,
+                  "fit/evaluate/predict: the dataset's feature shape differs from the model's input "
+                  "shape (compare the dataset's element type with the model's input<...>)");
+    static_assert(std::is_same_v<typename features::value_type, typename Net::input_dtype::value_type>,
+                  "fit/evaluate/predict: the dataset's features have another element type than the "
+                  "model's input; e.g. map(scale(1.f / 255)) turns uint8 pixels into float32");
+  }
+
+  template <class Batch>
+  void check_label_form(const char* where) const {
+    using label = typename Batch::label_type;
+    constexpr bool sparse = std::is_same_v<typename label::shape_type, drop_last_t<output_shape_type>> &&
+                            std::is_same_v<typename label::value_type, std::int32_t>;
+    constexpr bool dense = std::is_same_v<typename label::shape_type, output_shape_type> &&
+                           std::is_same_v<typename label::value_type, float>;
+    static_assert(sparse || dense,
+                  "fit/evaluate: the dataset's labels can match the model's output in neither form a "
+                  "loss takes: int32 class ids shaped like the output without its last axis (sparse), "
+                  "or float targets shaped exactly like the output (dense)");
+    const auto wanted = loss_->form();
+    if ((wanted == losses::label_form::sparse) != sparse)
+      throw std::invalid_argument(std::string(where) + ": the loss " + std::string(loss_->name()) + " takes " +
+                                  (wanted == losses::label_form::sparse ? "int32 class ids" : "dense float targets") +
+                                  ", but the dataset's labels are " + (sparse ? "class ids" : "dense targets"));
+  }
+
+  void require_compiled(const char* where) const {
+    if (!optimizer_ || !loss_)
+      throw std::logic_error(std::string(where) + ": call compile(optimizer, loss, metrics...) first");
+  }
+
+  // Steps per epoch: cardinality counts a last partial batch, which fit drops.
+  template <class Dataset>
+  static std::int64_t full_batch_count(const Dataset& d) {
+    if constexpr (requires { d.full_batches(); })
+      return d.full_batches();
+    else
+      return d.cardinality();
+  }
+
+  std::size_t step_base() const {
+    return memory_plan<Net, 0, 0>::slots_offset + static_cast<std::size_t>(slots_) * memory_plan<Net, 0, 0>::parameter_bytes;
+  }
+
+  // Sets the arena and the step program up for batch size N, once per size.
+  template <int N>
+  step_program<Net, N>& program_for() {
+    if (program_batch_ != N || !program_) {
+      program_.reset();
+      using plan = memory_plan<Net, N, 0>;
+      const std::size_t total = step_base() + (plan::total_bytes - plan::activations_offset);
+      memory_.reserve(total, step_base());
+      program_ = std::make_shared<step_program<Net, N>>(memory_, step_base(), context_, run_);
+      program_batch_ = N;
+    }
+    return *std::static_pointer_cast<step_program<Net, N>>(program_);
+  }
+
+  // One optimisation step on a full batch.
+  template <class Program, class Batch>
+  void train_step(Program& program, const Batch& batch) {
+    std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+    run_.training = true;
+    ++run_.step;
+    program.forward();
+    const double loss = compute_loss(program, batch, batch.valid);
+    program.backward();
+    ++iterations_;
+    float* slot_pointers[4] = {};
+    for (int s = 0; s < slots_; ++s)
+      slot_pointers[s] = memory_.template at<float>(memory_plan<Net, 0, 0>::slot_offset(0) +
+                                                     static_cast<std::size_t>(s) * memory_plan<Net, 0, 0>::parameter_bytes);
+    optimizer_->update(memory_.template at<float>(0), memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset),
+                       slot_pointers, static_cast<std::ptrdiff_t>(Net::parameter_floats), iterations_);
+    loss_mean_.update(loss, batch.valid);
+    update_metrics(program, batch, batch.valid);
+  }
+
+  // The batch's mean loss over its valid samples; writes d(loss)/d(output).
+  template <class Program, class Batch>
+  double compute_loss(Program& program, const Batch& batch, int valid) {
+    const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample);
+    const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
+    float* row_loss = program.row_losses();
+    if constexpr (std::is_same_v<typename Batch::label_type::value_type, std::int32_t>)
+      loss_->sparse(program.output(), batch.labels.data(), rows, classes, valid_rows, program.output_gradient(), row_loss);
+    else
+      loss_->dense(program.output(), batch.labels.data(), rows, classes, valid_rows, program.output_gradient(), row_loss);
+    double sum = 0;
+    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
+    return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
+  }
+
+  template <class Program, class Batch>
+  void update_metrics(Program& program, const Batch& batch, int valid) {
+    const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
+    for (auto& m : metrics_) m->update(program.output(), batch.labels.data(), valid_rows, classes);
+  }
+
+  template <class Program, class Data>
+  void run_evaluation(Program& program, const Data& data) {
+    using batch_type = typename Data::element_type;
+    reset_metrics();
+    batch_type batch;
+    auto cursor = data.open(0);
+    run_.training = false;
+    while (cursor.next(batch)) {
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+      program.forward();
+      loss_mean_.update(compute_loss(program, batch, batch.valid), batch.valid);
+      update_metrics(program, batch, batch.valid);
+    }
+  }
+
+  void reset_metrics() {
+    loss_mean_.reset();
+    for (auto& m : metrics_) m->reset();
+  }
+
+  // Names are string_views into the metrics' static names, so logs never own.
+  void fill_logs(logs& out, std::string_view prefix) const {
+    if (prefix.empty()) {
+      out.set("loss", loss_mean_.result());
+      for (auto& m : metrics_) out.set(m->name(), m->result());
+    } else {
+      out.set("val_loss", loss_mean_.result());
+      for (auto& m : metrics_) out.set(validation_name(m->name()), m->result());
+    }
+  }
+  // "val_" + name, kept alive for the model's lifetime.
+  std::string_view validation_name(std::string_view name) const {
+    for (const auto& n : validation_names_)
+      if (std::string_view(n).substr(4) == name) return n;
+    validation_names_.push_back("val_" + std::string(name));
+    return validation_names_.back();
+  }
+
+  // f(name, shape, byte offset, element count) for every parameter, in order.
+  template <class F>
+  void for_each_parameter(F&& f) const {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (parameters_of_layer<I>(f), ...);
+    }(std::make_index_sequence<Net::layer_count>{});
+  }
+  template <std::size_t I, class F>
+  static void parameters_of_layer(F& f) {
+    using params = typename Net::template layer<I>::params;
+    [&]<std::size_t... P>(std::index_sequence<P...>) {
+      (f("layers." + std::to_string(I) + "." + std::string(std::tuple_element_t<P, typename params::tuple>::name),
+         shape_vector<typename std::tuple_element_t<P, typename params::tuple>::shape_type>(),
+         memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
+         std::tuple_element_t<P, typename params::tuple>::size),
+       ...);
+    }(std::make_index_sequence<params::count>{});
+  }
+  template <class Shape>
+  static std::vector<std::int64_t> shape_vector() {
+    return std::vector<std::int64_t>(Shape::dims.begin(), Shape::dims.end());
+  }
+
+  void initialize_parameters() {
+    std::uint64_t salt = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (initialize_layer<I>(salt), ...);
+    }(std::make_index_sequence<Net::layer_count>{});
+  }
+  template <std::size_t I>
+  void initialize_layer(std::uint64_t& salt) {
+    using params = typename Net::template layer<I>::params;
+    [&]<std::size_t... P>(std::index_sequence<P...>) {
+      ((std::tuple_element_t<P, typename params::tuple>::initializer::template fill<
+            typename std::tuple_element_t<P, typename params::tuple>::shape_type>(
+            memory_.template at<float>(memory_plan<Net, 0, 0>::layer_parameter_offset[I] +
+                                       params::template offset<P> * sizeof(float)),
+            random_stream{mix_seed(seed_, ++salt), 0})),
+       ...);
+    }(std::make_index_sequence<params::count>{});
+  }
+
+  std::uint64_t seed_;
+  arena memory_;
+  backend::cpu::context context_;
+  run_state run_;
+  int slots_ = 0;
+  std::int64_t iterations_ = 0;
+  std::uint64_t epoch_counter_ = 0;
+  std::unique_ptr<detail::optimizer_base> optimizer_;
+  std::unique_ptr<detail::loss_base> loss_;
+  std::vector<std::unique_ptr<detail::metric_base>> metrics_;
+  metrics::mean loss_mean_;
+  std::shared_ptr<void> program_;
+  int program_batch_ = 0;
+  mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid
+};
+
+}  // namespace typeflow
