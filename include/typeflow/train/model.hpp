@@ -159,6 +159,22 @@ class model {
     return result;
   }
 
+  // One optimisation step on one full batch, as Keras's train_on_batch:
+  // returns the batch's mean loss. Metrics accumulate until the next fit,
+  // evaluate or reset.
+  template <int N, class Features, class Label>
+  double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
+    using batch_type = data::batch_of<N, Features, Label>;
+    check_batch_type<batch_type>();
+    require_compiled("train_on_batch");
+    check_label_form<batch_type>("train_on_batch");
+    if (batch.valid != N)
+      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
+                                  std::to_string(N) + " samples; training steps take full batches");
+    auto& program = program_for<N>();
+    return train_step(program, batch);
+  }
+
   // The loss and metrics over every sample of `data` (the last batch is
   // padded and masked), in inference mode.
   template <data::batched_dataset Dataset>
@@ -322,7 +338,7 @@ class model {
 
   // One optimisation step on a full batch.
   template <class Program, class Batch>
-  void train_step(Program& program, const Batch& batch) {
+  double train_step(Program& program, const Batch& batch) {
     std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
     run_.training = true;
     ++run_.step;
@@ -338,6 +354,7 @@ class model {
                        slot_pointers, static_cast<std::ptrdiff_t>(Net::parameter_floats), iterations_);
     loss_mean_.update(loss, batch.valid);
     update_metrics(program, batch, batch.valid);
+    return loss;
   }
 
   // The batch's mean loss over its valid samples; writes d(loss)/d(output).

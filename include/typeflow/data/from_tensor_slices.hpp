@@ -1,0 +1,104 @@
+// from_tensor_slices: a dataset over samples already in memory, like
+// tf.data.Dataset.from_tensor_slices((features, labels)).
+//
+//   features  (n, FeatureShape...)   std::vector<F>, row-major, n * FeatureShape::size values
+//   labels    (n, LabelShape...)     std::vector<L>, n * LabelShape::size values
+//   element   example<tensor_value<F, FeatureShape>, tensor_value<L, LabelShape>>
+//
+// The dataset owns its data through a shared_ptr to const storage: copying the
+// dataset (every `|` does) copies a pointer, and every cursor reads the same
+// immutable samples in order. A size that is not a whole number of samples, or
+// feature and label sample counts that differ, throw std::invalid_argument.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "typeflow/core/shape.hpp"
+#include "typeflow/data/example.hpp"
+#include "typeflow/data/pipe.hpp"
+
+namespace typeflow::data {
+
+template <class F, class FeatureShape, class L, class LabelShape>
+class tensor_slices_dataset {
+  static_assert(is_shape_v<FeatureShape>, "from_tensor_slices<FeatureShape, LabelShape>: FeatureShape must be a typeflow::shape<...>");
+  static_assert(is_shape_v<LabelShape>, "from_tensor_slices<FeatureShape, LabelShape>: LabelShape must be a typeflow::shape<...>");
+
+  struct storage;
+
+ public:
+  using features_type = tensor_value<F, FeatureShape>;
+  using label_type = tensor_value<L, LabelShape>;
+  using element_type = example<features_type, label_type>;
+
+  tensor_slices_dataset(std::vector<F> features, std::vector<L> labels)
+      : storage_(std::make_shared<const storage>(checked(std::move(features), std::move(labels)))) {}
+
+  std::int64_t cardinality() const noexcept { return static_cast<std::int64_t>(storage_->count); }
+
+  class cursor {
+   public:
+    bool next(element_type& out) noexcept {
+      if (index_ >= storage_->count) return false;
+      std::copy_n(storage_->features.data() + index_ * FeatureShape::size, FeatureShape::size, out.features.data());
+      std::copy_n(storage_->labels.data() + index_ * LabelShape::size, LabelShape::size, out.label.data());
+      ++index_;
+      return true;
+    }
+
+   private:
+    friend class tensor_slices_dataset;
+    explicit cursor(std::shared_ptr<const storage> shared) : storage_(std::move(shared)) {}
+    std::shared_ptr<const storage> storage_;
+    std::size_t index_ = 0;
+  };
+
+  cursor open(std::uint64_t /*epoch*/ = 0) const { return cursor(storage_); }
+
+ private:
+  struct storage {
+    std::vector<F> features;  // (count, FeatureShape...)
+    std::vector<L> labels;    // (count, LabelShape...)
+    std::size_t count = 0;
+  };
+
+  static storage checked(std::vector<F> features, std::vector<L> labels) {
+    const auto whole = [](std::size_t values, std::size_t per_sample, const char* what, std::string shape_str) {
+      if (values % per_sample != 0)
+        throw std::invalid_argument("from_tensor_slices: the " + std::string(what) + " hold " +
+                                    std::to_string(values) + " values, which is not a whole number of samples of shape " +
+                                    shape_str + " (" + std::to_string(per_sample) + " values each)");
+      return values / per_sample;
+    };
+    const std::size_t feature_samples = whole(features.size(), FeatureShape::size, "features", FeatureShape::str());
+    const std::size_t label_samples = whole(labels.size(), LabelShape::size, "labels", LabelShape::str());
+    if (feature_samples != label_samples)
+      throw std::invalid_argument("from_tensor_slices: the features hold " + std::to_string(feature_samples) +
+                                  " samples but the labels hold " + std::to_string(label_samples) +
+                                  "; every sample needs one label");
+    return storage{std::move(features), std::move(labels), feature_samples};
+  }
+
+  std::shared_ptr<const storage> storage_;
+};
+
+// float features and int32 class ids, the common case; braced lists work here.
+template <class FeatureShape, class LabelShape = shape<>>
+auto from_tensor_slices(std::vector<float> features, std::vector<std::int32_t> labels) {
+  return tensor_slices_dataset<float, FeatureShape, std::int32_t, LabelShape>(std::move(features), std::move(labels));
+}
+
+// Any feature and label value types, deduced from the vectors.
+template <class FeatureShape, class LabelShape = shape<>, class F, class L>
+auto from_tensor_slices(std::vector<F> features, std::vector<L> labels) {
+  return tensor_slices_dataset<F, FeatureShape, L, LabelShape>(std::move(features), std::move(labels));
+}
+
+}  // namespace typeflow::data

@@ -1,0 +1,160 @@
+// shuffle(buffer_size, seed): tf.data's Dataset.shuffle, reproducible everywhere.
+//
+//   source | shuffle(b, seed)    element_type and cardinality: the source's
+//
+// A buffer holds up to b elements. Each output is a uniformly random element
+// of the buffer, whose slot is then refilled with the next input; once the
+// input is exhausted the buffer drains in random order. b >= the dataset's
+// size is a uniform permutation; b == 1 keeps the order.
+//
+// Each epoch is shuffled differently, and the same (seed, epoch) gives the
+// same order on every platform and standard library: the generator is
+// std::mt19937_64 (its output is fixed by the standard), seeded from a
+// SplitMix64 mix of seed and epoch, and indices are drawn with Lemire's
+// unbiased bounded method rather than std::uniform_int_distribution, whose
+// algorithm each library chooses. The buffer is allocated once, when the
+// cursor opens; next() moves elements, it never allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "typeflow/data/example.hpp"
+#include "typeflow/data/pipe.hpp"
+
+namespace typeflow::data {
+
+namespace detail {
+
+// SplitMix64's finalizer (Steele, Lea & Flood): a bijection that scatters bits.
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The generator's seed for one epoch of one shuffle.
+constexpr std::uint64_t shuffle_seed(std::uint64_t seed, std::uint64_t epoch) noexcept {
+  return splitmix64(splitmix64(seed) ^ splitmix64(epoch + 0x632BE59BD9B4E019ull));
+}
+
+// The high and low halves of a * b, from 32-bit pieces: portable C++ (no
+// unsigned __int128), and one multiply per element is not where time goes.
+constexpr void multiply_64x64(std::uint64_t a, std::uint64_t b, std::uint64_t& high, std::uint64_t& low) noexcept {
+  const std::uint64_t a_lo = a & 0xFFFFFFFFu, a_hi = a >> 32, b_lo = b & 0xFFFFFFFFu, b_hi = b >> 32;
+  const std::uint64_t lo_lo = a_lo * b_lo, hi_lo = a_hi * b_lo, lo_hi = a_lo * b_hi, hi_hi = a_hi * b_hi;
+  const std::uint64_t middle = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFu) + lo_hi;  // < 2^64: no carry lost
+  high = hi_hi + (hi_lo >> 32) + (middle >> 32);
+  low = (middle << 32) | (lo_lo & 0xFFFFFFFFu);
+}
+
+// A uniform integer in [0, range), range > 0: Lemire, "Fast Random Integer
+// Generation in an Interval" (2019). Unbiased; rejects with probability < range / 2^64.
+inline std::uint64_t uniform_below(std::mt19937_64& generator, std::uint64_t range) noexcept {
+  std::uint64_t high, low;
+  multiply_64x64(generator(), range, high, low);
+  if (low < range) {
+    const std::uint64_t threshold = (0 - range) % range;  // 2^64 mod range
+    while (low < threshold) multiply_64x64(generator(), range, high, low);
+  }
+  return high;
+}
+
+}  // namespace detail
+
+template <dataset Source>
+class shuffle_dataset {
+ public:
+  using element_type = typename Source::element_type;
+
+  shuffle_dataset(Source source, std::size_t buffer_size, std::uint64_t seed)
+      : source_(std::move(source)), buffer_size_(buffer_size), seed_(seed) {}
+
+  std::int64_t cardinality() const { return source_.cardinality(); }
+  std::size_t buffer_size() const noexcept { return buffer_size_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+
+  class cursor {
+   public:
+    bool next(element_type& out) {
+      if (!started_) fill();
+      if (buffer_.empty()) return false;
+      const std::size_t pick = static_cast<std::size_t>(detail::uniform_below(generator_, buffer_.size()));
+      out = std::move(buffer_[pick]);
+      if (source_exhausted_ || !source_.next(buffer_[pick])) {
+        source_exhausted_ = true;
+        if (pick + 1 != buffer_.size()) buffer_[pick] = std::move(buffer_.back());
+        buffer_.pop_back();
+      }
+      return true;
+    }
+
+   private:
+    friend class shuffle_dataset;
+    cursor(cursor_t<Source> source, std::size_t buffer_size, std::int64_t cardinality, std::uint64_t seed)
+        : source_(std::move(source)), generator_(seed) {
+      // Never more than the dataset holds, when it says how much that is.
+      const std::size_t capacity =
+          cardinality >= 0 && static_cast<std::uint64_t>(cardinality) < buffer_size
+              ? static_cast<std::size_t>(cardinality)
+              : buffer_size;
+      buffer_.reserve(capacity);
+      buffer_size_ = buffer_size;
+    }
+
+    // Read up to buffer_size elements; deferred to the first next() so that
+    // open() stays cheap and the read happens where the consumer expects it.
+    void fill() {
+      started_ = true;
+      while (buffer_.size() < buffer_size_) {
+        buffer_.emplace_back();
+        if (!source_.next(buffer_.back())) {
+          buffer_.pop_back();
+          source_exhausted_ = true;
+          return;
+        }
+      }
+    }
+
+    cursor_t<Source> source_;
+    std::mt19937_64 generator_;
+    std::vector<element_type> buffer_;  // (up to buffer_size elements)
+    std::size_t buffer_size_ = 0;
+    bool started_ = false;
+    bool source_exhausted_ = false;
+  };
+
+  cursor open(std::uint64_t epoch = 0) const {
+    return cursor(source_.open(epoch), buffer_size_, source_.cardinality(), detail::shuffle_seed(seed_, epoch));
+  }
+
+ private:
+  Source source_;
+  std::size_t buffer_size_;
+  std::uint64_t seed_;
+};
+
+struct shuffle_adaptor {
+  static constexpr bool is_pipeline_adaptor = true;
+  std::size_t buffer_size;
+  std::uint64_t seed;
+
+  template <dataset Source>
+  shuffle_dataset<Source> operator()(Source source) const {
+    return shuffle_dataset<Source>(std::move(source), buffer_size, seed);
+  }
+};
+
+// Throws std::invalid_argument for a buffer of 0 elements, which could hold nothing.
+inline shuffle_adaptor shuffle(std::size_t buffer_size, std::uint64_t seed) {
+  if (buffer_size == 0)
+    throw std::invalid_argument("shuffle(buffer_size, seed): buffer_size must be at least 1 (1 keeps the order)");
+  return {buffer_size, seed};
+}
+
+}  // namespace typeflow::data
