@@ -1,0 +1,306 @@
+// The model as a type, and what compile/fit/evaluate/predict/save promise.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+
+namespace {
+
+using mlp = tf::sequential<tf::input<28, 28>, tf::flatten, tf::dense<32>, tf::relu, tf::dropout<0.1f>,
+                           tf::dense<10>>;
+
+// A learnable toy problem: class c lights up feature c (plus noise).
+struct toy_data {
+  std::vector<float> features;
+  std::vector<std::int32_t> labels;
+  explicit toy_data(int samples) {
+    for (int i = 0; i < samples; ++i) {
+      const int c = (i * 7) % 4;
+      for (int j = 0; j < 8; ++j)
+        features.push_back((j == c ? 1.f : 0.f) + 0.3f * (2.f * tf::random_stream{5, 0}.uniform(i * 8 + j) - 1.f));
+      labels.push_back(c);
+    }
+  }
+};
+using toy_net = tf::sequential<tf::input<8>, tf::dense<16>, tf::relu, tf::dense<4>>;
+
+std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("typeflow_model_test_" + name);
+}
+
+}  // namespace
+
+TEST_CASE("a sequential knows its shapes, parameter count and FLOPs at compile time") {
+  static_assert(mlp::output_shape == tf::shape<10>{});
+  static_assert(mlp::input_shape == tf::shape<28, 28>{});
+  static_assert(mlp::layer_count == 6);
+  static_assert(std::is_same_v<mlp::layer<1>::output_shape, tf::shape<784>>);
+  static_assert(mlp::parameter_count == 784 * 32 + 32 + 32 * 10 + 10);
+  static_assert(mlp::flops_per_sample == 2 * 784 * 32 + 2 * 32 * 10 + 32);  // + dropout's multiply
+  // dense over the last axis keeps the leading ones, as Keras's Dense.
+  using seq = tf::sequential<tf::input<5, 6>, tf::dense<3>>;
+  static_assert(seq::output_shape == tf::shape<5, 3>{});
+  static_assert(seq::parameter_count == 6 * 3 + 3);
+  static_assert(seq::flops_per_sample == 2 * 5 * 6 * 3);
+  // Hana sees the specs as a type list.
+  static_assert(boost::hana::length(mlp::specs) == boost::hana::size_c<6>);
+  CHECK(mlp::layer_type_name<4>() == "dropout<0.1>");
+}
+
+TEST_CASE("relu after dense is fused into the matmul; after a reshape it is not") {
+  static_assert(mlp::layer<2>::fused == tf::epilogue::relu);
+  static_assert(mlp::layer<3>::fused && mlp::layer<3>::output_aliases_input);
+  using unfused = tf::sequential<tf::input<4>, tf::dense<4>, tf::reshape<2, 2>, tf::relu>;
+  static_assert(unfused::layer<1>::fused == tf::epilogue::none);
+  static_assert(!unfused::layer<3>::fused);
+  CHECK(true);
+}
+
+TEST_CASE("the memory plan aligns every buffer and shares buffers where layers allow") {
+  using plan = tf::memory_plan<mlp, 16, 2>;
+  // Each parameter tensor starts on a 64-byte boundary: 784*32 floats, then
+  // the bias of 32 floats, then the second kernel.
+  static_assert(plan::layer_parameter_offset[2] == 0);
+  static_assert(plan::layer_parameter_offset[5] == (784 * 32 + 32) * sizeof(float));
+  static_assert(mlp::parameter_floats == 784 * 32 + 32 + 32 * 10 + 16);  // bias of 10 padded to 16
+  static_assert(plan::gradients_offset == mlp::parameter_floats * sizeof(float));
+  static_assert(plan::slot_offset(1) == plan::gradients_offset + 2 * mlp::parameter_floats * sizeof(float));
+  // flatten and the fused relu reuse their input's buffer; dropout does not.
+  static_assert(plan::activation_offset[1] == plan::activation_offset[0]);
+  static_assert(plan::activation_offset[3] == plan::activation_offset[2]);
+  static_assert(plan::activation_offset[4] != plan::activation_offset[3]);
+  static_assert(plan::activation_bytes == 16 * (784 + 32 + 32 + 10) * sizeof(float));
+  // The loss's gradient goes to buffer 0; dense<10> writes its input's
+  // gradient into the other one; dropout and relu work in place.
+  static_assert(plan::output_gradient_buffer[5] == 0 && plan::output_gradient_buffer[4] == 1 &&
+                plan::output_gradient_buffer[2] == 1);
+  static_assert(plan::workspace_offset[5] - plan::workspace_offset[4] == 16 * 32);  // dropout's mask bytes
+  for (std::size_t offset : plan::activation_offset) CHECK(offset % 64 == 0);
+  CHECK(plan::total_bytes % 64 == 0);
+}
+
+TEST_CASE("the same seed gives the same weights, another seed other weights") {
+  tf::model<mlp> a{42}, b{42}, c{43};
+  const auto wa = a.parameter_region(), wb = b.parameter_region(), wc = c.parameter_region();
+  CHECK(std::equal(wa.begin(), wa.end(), wb.begin()));
+  CHECK(!std::equal(wa.begin(), wa.end(), wc.begin()));
+  // glorot_uniform's limit for (784, 32) is sqrt(6 / 816); biases start at zero.
+  const float limit = std::sqrt(6.f / (784 + 32));
+  float largest = 0, sum = 0;
+  for (float w : a.parameter("layers.2.kernel")) {
+    largest = std::max(largest, std::fabs(w));
+    sum += w;
+  }
+  CHECK(largest <= limit);
+  CHECK(largest > 0.95f * limit);
+  CHECK(std::fabs(sum / (784 * 32)) < 0.01f * limit);
+  for (float b0 : a.parameter("layers.2.bias")) CHECK(b0 == 0.f);
+}
+
+TEST_CASE("a seeded training run is reproducible bit for bit") {
+  toy_data toy(200);
+  auto run = [&] {
+    auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::shuffle(200, 3) |
+                tf::data::batch<16>;
+    tf::model<tf::sequential<tf::input<8>, tf::dense<16>, tf::relu, tf::dropout<0.3f>, tf::dense<4>>> model{9};
+    model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+    model.fit(data, {.epochs = 2, .verbose = 0});
+    const auto w = model.parameter_region();
+    return std::vector<float>(w.begin(), w.end());
+  };
+  const auto first = run(), second = run();
+  CHECK(first == second);
+}
+
+TEST_CASE("fit learns a separable problem, drops the partial batch and reports History") {
+  toy_data toy(330);  // 20 full batches of 16, and 10 left over
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::shuffle(330, 1) |
+              tf::data::batch<16>;
+  tf::model<toy_net> model{1};
+  model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true}, tf::metrics::accuracy{});
+  const auto history = model.fit(data, {.epochs = 4, .validation_data = data, .verbose = 0});
+  CHECK(model.iterations() == 4 * 20);
+  REQUIRE(history.epochs() == 4);
+  CHECK(history["loss"].back() < history["loss"].front());
+  CHECK(history["val_accuracy"].back() > 0.95);
+  CHECK(history.contains("learning_rate"));
+}
+
+TEST_CASE("evaluate counts every sample, padding the last batch, and matches predict") {
+  toy_data toy(50);  // batches of 16: 16, 16, 16, and 2 real samples in the last
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model{2};
+  model.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  const auto outputs = model.predict(data);
+  REQUIRE(outputs.size() == 50 * 4);
+  double loss = 0;
+  int hits = 0;
+  for (int i = 0; i < 50; ++i) {
+    const float* z = &outputs[i * 4];
+    const int best = static_cast<int>(std::max_element(z, z + 4) - z);
+    hits += best == toy.labels[i];
+    double lse = 0;
+    for (int j = 0; j < 4; ++j) lse += std::exp(z[j]);
+    loss += std::log(lse) - z[toy.labels[i]];
+  }
+  const auto result = model.evaluate(data);
+  CHECK(result.at("accuracy") == doctest::Approx(hits / 50.0));
+  CHECK(result.at("loss") == doctest::Approx(loss / 50).epsilon(1e-5));
+}
+
+TEST_CASE("save_weights and load_weights round-trip every parameter by its Keras-like name") {
+  const auto path = temp_path("round_trip.safetensors");
+  tf::model<mlp> saved{1}, loaded{2};
+  saved.save_weights(path);
+  const auto file = tf::io::safetensors_file::read(path);
+  const auto* kernel = file.find("layers.2.kernel");
+  REQUIRE(kernel != nullptr);
+  CHECK(kernel->shape == std::vector<std::int64_t>{784, 32});
+  CHECK(kernel->dtype == "F32");
+  CHECK(file.find("layers.5.bias") != nullptr);
+  CHECK(file.tensors().size() == 4);
+  loaded.load_weights(path);
+  const auto a = saved.parameter_region(), b = loaded.parameter_region();
+  CHECK(std::equal(a.begin(), a.end(), b.begin()));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("load_weights refuses a file whose shapes or names differ, and changes nothing") {
+  const auto path = temp_path("other_model.safetensors");
+  tf::model<tf::sequential<tf::input<28, 28>, tf::flatten, tf::dense<16>, tf::relu, tf::dense<10>>> other{1};
+  other.save_weights(path);
+  tf::model<mlp> model{3};
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  try {
+    model.load_weights(path);
+    FAIL("load_weights accepted a file of another model");
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    CHECK(message.find(path.string()) != std::string::npos);
+    CHECK(message.find("layers.2.kernel: shape (784, 16) in file, (784, 32) expected") != std::string::npos);
+    CHECK(message.find("layers.4.kernel") != std::string::npos);  // in the file, not in this model
+  }
+  const auto after = model.parameter_region();
+  CHECK(std::equal(before.begin(), before.end(), after.begin()));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("fit without compile, and labels of the wrong form for the loss, are clear errors") {
+  toy_data toy(32);
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model;
+  CHECK_THROWS_WITH_AS(model.fit(data), doctest::Contains("call compile"), std::logic_error);
+  model.compile(tf::optimizers::sgd{}, tf::losses::categorical_crossentropy{});
+  CHECK_THROWS_WITH_AS(model.fit(data), doctest::Contains("takes dense float targets"), std::invalid_argument);
+}
+
+TEST_CASE("summary prints Keras's table with every layer and the totals") {
+  char buffer[4096] = {};
+  std::FILE* out = fmemopen(buffer, sizeof buffer - 1, "w");
+  REQUIRE(out != nullptr);
+  tf::model<mlp> model;
+  model.summary(out);
+  std::fclose(out);
+  const std::string text = buffer;
+  CHECK(text.find("Layer (type)") != std::string::npos);
+  CHECK(text.find("layers.2 (dense<32>)") != std::string::npos);
+  CHECK(text.find("(None, 784)") != std::string::npos);
+  CHECK(text.find("25,120") != std::string::npos);  // 784 * 32 + 32
+  CHECK(text.find("Total params: 25,450") != std::string::npos);
+}
+
+TEST_CASE("sgd, momentum, nesterov and adam follow Keras's update rules") {
+  float w = 1.f, v = 0.f;
+  tf::optimizers::sgd::rule{0.1f, 0.f, false}(w, 2.f, v);
+  CHECK(w == doctest::Approx(0.8f));
+  w = 1.f, v = 0.f;
+  const tf::optimizers::sgd::rule momentum{0.1f, 0.9f, false};
+  momentum(w, 2.f, v);  // v = -0.2, w = 0.8
+  momentum(w, 2.f, v);  // v = -0.18 - 0.2 = -0.38, w = 0.42
+  CHECK(v == doctest::Approx(-0.38f));
+  CHECK(w == doctest::Approx(0.42f));
+  w = 1.f, v = 0.f;
+  tf::optimizers::sgd::rule{0.1f, 0.9f, true}(w, 2.f, v);  // v = -0.2; w += 0.9 * -0.2 - 0.2
+  CHECK(w == doctest::Approx(0.62f));
+
+  // Adam's first step moves every weight by about lr, whatever the gradient's size.
+  std::vector<float> weights{1.f, 1.f}, grads{1e-3f, 50.f}, m(2), v2(2);
+  float* slots[2] = {m.data(), v2.data()};
+  tf::optimizers::adam{.learning_rate = 0.01f}.update(weights.data(), grads.data(), slots, 2, 1);
+  CHECK(weights[0] == doctest::Approx(0.99f).epsilon(1e-4));
+  CHECK(weights[1] == doctest::Approx(0.99f).epsilon(1e-4));
+  CHECK(m[1] == doctest::Approx(5.f));
+  CHECK(v2[1] == doctest::Approx(2.5f));
+}
+
+TEST_CASE("losses give Keras's values") {
+  // Logits (0, ln 3): softmax (1/4, 3/4); label 1 -> loss -ln(3/4).
+  const float logits[2] = {0.f, std::log(3.f)};
+  const std::int32_t label[1] = {1};
+  float grad[2], row[1];
+  tf::losses::sparse_categorical_crossentropy{.from_logits = true}(logits, label, 1, 2, 1, grad, row);
+  CHECK(row[0] == doctest::Approx(-std::log(0.75f)));
+  CHECK(grad[0] == doctest::Approx(0.25f));
+  CHECK(grad[1] == doctest::Approx(-0.25f));
+  // Probabilities are clipped at 1e-7: a zero probability costs -ln(1e-7).
+  const float probs[2] = {1.f, 0.f};
+  tf::losses::sparse_categorical_crossentropy{}(probs, label, 1, 2, 1, grad, row);
+  CHECK(row[0] == doctest::Approx(-std::log(1e-7f)));
+  // Padding rows contribute nothing.
+  const float two[4] = {0.f, 0.f, 5.f, -5.f};
+  const std::int32_t labels2[2] = {0, 1};
+  float grad2[4] = {1, 1, 1, 1}, rows2[2] = {1, 1};
+  tf::losses::sparse_categorical_crossentropy{.from_logits = true}(two, labels2, 2, 2, 1, grad2, rows2);
+  CHECK(rows2[1] == 0.f);
+  CHECK(grad2[2] == 0.f);
+  CHECK(grad2[3] == 0.f);
+  // MSE: mean over the row, mean over rows.
+  const float y[2] = {1.f, 3.f}, t[2] = {0.f, 0.f};
+  tf::losses::mean_squared_error{}(y, t, 1, 2, 1, grad, row);
+  CHECK(row[0] == doctest::Approx(5.f));
+  CHECK(grad[1] == doctest::Approx(3.f));
+}
+
+TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors") {
+  std::uint32_t out[4];
+  tf::philox4x32{0, 0}.generate(0, 0, 0, 0, out);
+  CHECK(out[0] == 0x6627e8d5u);
+  CHECK(out[1] == 0xe169c58du);
+  CHECK(out[2] == 0xbc57ac4cu);
+  CHECK(out[3] == 0x9b00dbd8u);
+  tf::philox4x32{0xa4093822u, 0x299f31d0u}.generate(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, out);
+  CHECK(out[0] == 0xd16cfe09u);
+  CHECK(out[1] == 0x94fdccebu);
+  CHECK(out[2] == 0x5001e420u);
+  CHECK(out[3] == 0x24126ea1u);
+  tf::philox4x32{0xffffffffu, 0xffffffffu}.generate(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, out);
+  CHECK(out[0] == 0x408f276du);
+  CHECK(out[1] == 0x41c83b0eu);
+  CHECK(out[2] == 0xa20bc7c6u);
+  CHECK(out[3] == 0x6d5451fdu);
+}
+
+TEST_CASE("he_normal has Keras's standard deviation and truncation") {
+  std::vector<float> w(400 * 100);
+  tf::initializers::he_normal::fill<tf::shape<400, 100>>(w.data(), tf::random_stream{1, 0});
+  double sum = 0, squares = 0, largest = 0;
+  for (float x : w) {
+    sum += x;
+    squares += double{x} * x;
+    largest = std::max(largest, std::fabs(double{x}));
+  }
+  const double stddev = std::sqrt(squares / w.size() - (sum / w.size()) * (sum / w.size()));
+  CHECK(stddev == doctest::Approx(std::sqrt(2.0 / 400)).epsilon(0.02));
+  CHECK(largest <= 2 * std::sqrt(2.0 / 400) / 0.87962566103423978 + 1e-6);
+}
