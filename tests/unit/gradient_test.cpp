@@ -169,3 +169,41 @@ TEST_CASE("dropout's backward applies exactly the forward mask and scale") {
               tf::data::batch<batch_size>;
   CHECK(model.evaluate(data).at("loss") == model.evaluate(data).at("loss"));
 }
+
+TEST_CASE("dropout drops Rate of the inputs, scales survivors by 1/(1-Rate), and is off in evaluation") {
+  using layer = tf::dropout<0.3f>::bind<tf::shape<1000>, tf::layer_context<1, tf::dense<4>, void>>;
+  constexpr int batch = 4, count = 4000;
+  std::vector<float> in(count), out(count), grad(count, 1.f);
+  std::vector<std::byte> mask(layer::workspace_bytes_per_sample * batch);
+  for (int i = 0; i < count; ++i) in[i] = wobble(i);
+  tf::run_state run{.training = true, .seed = 11, .step = 1};
+  tf::layer_io io;
+  io.in = in.data();
+  io.out = out.data();
+  io.d_in = grad.data();
+  io.d_out = grad.data();
+  io.workspace = mask.data();
+  io.run = &run;
+  layer::executor<batch> dropout(io);
+  dropout.forward();
+  int kept = 0;
+  for (int i = 0; i < count; ++i) {
+    if (out[i] != 0.f) {
+      ++kept;
+      CHECK(out[i] == doctest::Approx(in[i] / 0.7f));
+    }
+  }
+  CHECK(kept == doctest::Approx(0.7 * count).epsilon(0.05));
+  dropout.backward();  // the gradient of ones becomes mask / (1 - rate)
+  for (int i = 0; i < count; ++i) CHECK(grad[i] == (out[i] != 0.f ? doctest::Approx(1.f / 0.7f) : doctest::Approx(0.f)));
+
+  const std::vector<float> first(out);
+  dropout.forward();  // the same step draws the same mask
+  CHECK(out == first);
+  run.step = 2;  // the next step draws another
+  dropout.forward();
+  CHECK(out != first);
+  run.training = false;
+  dropout.forward();
+  CHECK(out == in);
+}

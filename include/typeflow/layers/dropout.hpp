@@ -9,6 +9,7 @@
 // position, s, i), so a seeded run reproduces bit for bit.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -56,16 +57,24 @@ struct dropout {
         }
         auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
         const random_stream rng{mix_seed(io_.run->seed, 0xD120u + Context::position), io_.run->step};
-        backend::cpu::parallel_for(count / 4, [=](std::ptrdiff_t block) {
-          std::uint32_t words[4];
-          rng.block(static_cast<std::uint64_t>(block), words);
-          for (int j = 0; j < 4; ++j) {
-            const std::ptrdiff_t i = block * 4 + j;
-            keep[i] = uniform_from_bits(words[j]) >= Rate;
-            out[i] = keep[i] ? in[i] * scale : 0.f;
+        // keep when uniform >= Rate, i.e. when the top 24 bits >= ceil(Rate * 2^24).
+        const auto threshold = static_cast<std::uint32_t>(std::ceil(double{Rate} * 16777216.0));
+        constexpr std::ptrdiff_t blocks = count / 4, chunk = 256;
+#pragma omp parallel for schedule(static) if (count >= backend::cpu::parallel_threshold)
+        for (std::ptrdiff_t b0 = 0; b0 < blocks; b0 += chunk) {
+          const std::ptrdiff_t b1 = b0 + chunk < blocks ? b0 + chunk : blocks;
+          for (std::ptrdiff_t b = b0; b < b1; ++b) {
+            std::uint32_t words[4];
+            rng.block(static_cast<std::uint64_t>(b), words);
+            for (int j = 0; j < 4; ++j) {
+              const std::ptrdiff_t i = b * 4 + j;
+              const bool kept = (words[j] >> 8) >= threshold;
+              keep[i] = kept;
+              out[i] = kept ? in[i] * scale : 0.f;
+            }
           }
-        });
-        for (std::ptrdiff_t i = count / 4 * 4; i < count; ++i) {
+        }
+        for (std::ptrdiff_t i = blocks * 4; i < count; ++i) {
           keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
           out[i] = keep[i] ? in[i] * scale : 0.f;
         }
