@@ -17,4 +17,5 @@
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/model/sequential.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/schedules/schedules.hpp"
 #include "typeflow/train/model.hpp"

@@ -35,6 +35,10 @@ void* counted_allocation(std::size_t size, std::size_t alignment = 0) {
 }
 }  // namespace
 
+// Every replaced operator new below allocates with malloc, so free is the
+// matching release; g++ cannot see that the pairs were replaced together.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 void* operator new(std::size_t size) {
   if (void* p = counted_allocation(size)) return p;
   throw std::bad_alloc();

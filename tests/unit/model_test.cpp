@@ -237,7 +237,15 @@ TEST_CASE("sgd, momentum, nesterov and adam follow Keras's update rules") {
   // Adam's first step moves every weight by about lr, whatever the gradient's size.
   std::vector<float> weights{1.f, 1.f}, grads{1e-3f, 50.f}, m(2), v2(2);
   float* slots[2] = {m.data(), v2.data()};
-  tf::optimizers::adam{.learning_rate = 0.01f}.update(weights.data(), grads.data(), slots, 2, 1);
+  const tf::optimizers::parameter_tensor tensor{0, 2, tf::param_kind::kernel};
+  tf::optimizers::update_arguments arguments;
+  arguments.weights = weights.data();
+  arguments.grads = grads.data();
+  arguments.slots = slots;
+  arguments.floats = 2;
+  arguments.tensors = {&tensor, 1};
+  arguments.iteration = 1;
+  tf::optimizers::adam{.learning_rate = 0.01f}.update(arguments);
   CHECK(weights[0] == doctest::Approx(0.99f).epsilon(1e-4));
   CHECK(weights[1] == doctest::Approx(0.99f).epsilon(1e-4));
   CHECK(m[1] == doctest::Approx(5.f));

@@ -2,7 +2,7 @@
 //
 // A dtype tag carries the C++ storage type and the safetensors name. The
 // precision policies (float32 now; mixed_float16 and mixed_bfloat16 later)
-// are built from these tags, and input<..., int32> takes token ids.
+// are built from these tags, and typed_input<int32, T> will take token ids.
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,7 @@ struct dense {
     using output_shape = replace_last_t<In, units>;
     using kernel_shape = shape<in_features, units>;
     using params = param_list<param<"kernel", kernel_shape, initializers::glorot_uniform>,
-                              param<"bias", shape<units>, initializers::zeros>>;
+                              param<"bias", shape<units>, initializers::zeros, param_kind::bias>>;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
     static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
 

@@ -42,12 +42,32 @@ struct layer_check {
   static constexpr bool passed = Ok;
 };
 
-// One parameter tensor: its name within the layer, its shape and initializer.
-template <fixed_string Name, class Shape, class Initializer>
+// What a parameter is for. Optimizers decide by kind whether weight decay
+// applies (adamw and lion decay kernels and embeddings only, by default), and
+// statistics (batch_norm's moving mean and variance) are not trained at all:
+// no layer writes a gradient for them, so every update leaves them as they are.
+enum class param_kind { kernel, bias, scale, offset, embedding, statistic };
+
+constexpr std::string_view to_string(param_kind kind) {
+  switch (kind) {
+    case param_kind::kernel: return "kernel";
+    case param_kind::bias: return "bias";
+    case param_kind::scale: return "scale";
+    case param_kind::offset: return "offset";
+    case param_kind::embedding: return "embedding";
+    case param_kind::statistic: return "statistic";
+  }
+  return "?";
+}
+
+// One parameter tensor: its name within the layer, its shape, initializer and kind.
+template <fixed_string Name, class Shape, class Initializer, param_kind Kind = param_kind::kernel>
 struct param {
   static constexpr std::string_view name = Name.view();
   using shape_type = Shape;
   using initializer = Initializer;
+  static constexpr param_kind kind = Kind;
+  static constexpr bool trainable = Kind != param_kind::statistic;
   static constexpr std::size_t size = Shape::size;
 };
 
@@ -69,6 +89,7 @@ struct param_list {
   static constexpr std::size_t floats = (std::size_t{0} + ... + aligned_floats(Params::size));
   // Real parameters, without the padding.
   static constexpr std::size_t parameter_count = (std::size_t{0} + ... + Params::size);
+  static constexpr std::size_t trainable_count = (std::size_t{0} + ... + (Params::trainable ? Params::size : 0));
   // Offset (in floats) of parameter I within the layer's region.
   template <std::size_t I>
   static constexpr std::size_t offset = [] {
@@ -83,8 +104,7 @@ struct param_list {
 struct run_state {
   bool training = false;         // dropout active, statistics updated
   std::uint64_t seed = 0;        // the model's seed
-  std::uint64_t step = 0;        // counts forward passes, so dropout masks differ per step
-  int threads = 1;
+  std::uint64_t step = 0;        // counts training steps, so dropout masks differ per step
 };
 
 // The fixed addresses one layer works on, resolved from the memory plan.

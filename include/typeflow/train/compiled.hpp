@@ -23,22 +23,19 @@ struct optimizer_base {
   virtual ~optimizer_base() = default;
   virtual int slots() const = 0;
   virtual std::string_view name() const = 0;
-  virtual double learning_rate() const = 0;
-  virtual void update(float* weights, const float* grads, float* const* slots, std::ptrdiff_t n,
-                      std::int64_t iteration) const = 0;
+  // The learning rate of update number `iteration` (1-based).
+  virtual double learning_rate(std::int64_t iteration) const = 0;
+  virtual void update(const optimizers::update_arguments& arguments) const = 0;
 };
 
 template <class Optimizer>
 struct optimizer_holder final : optimizer_base {
   Optimizer optimizer;
   explicit optimizer_holder(Optimizer o) : optimizer(std::move(o)) {}
-  int slots() const override { return Optimizer::slots; }
+  int slots() const override { return optimizer.slot_count(); }
   std::string_view name() const override { return Optimizer::name; }
-  double learning_rate() const override { return optimizer.learning_rate; }
-  void update(float* weights, const float* grads, float* const* slots, std::ptrdiff_t n,
-              std::int64_t iteration) const override {
-    optimizer.update(weights, grads, slots, n, iteration);
-  }
+  double learning_rate(std::int64_t iteration) const override { return optimizer.learning_rate(iteration - 1); }
+  void update(const optimizers::update_arguments& arguments) const override { optimizer.update(arguments); }
 };
 
 struct loss_base {

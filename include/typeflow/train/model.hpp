@@ -67,6 +67,8 @@ class model {
                 "model<Net, Policy>: only the float32 policy exists so far");
   static_assert(Strategy::replicas == 1, "model<Net, Policy, Strategy>: only single_device exists so far");
   static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
+  static_assert(std::is_same_v<typename Net::input_dtype, float32>,
+                "model<Net>: the network's input must be float32 until an embedding layer can take int32 ids");
 
  public:
   using network = Net;
@@ -97,11 +99,13 @@ class model {
     static_assert(classes >= Loss::min_classes,
                   "compile: this loss needs at least two classes on the output's last axis "
                   "(a single unit cannot hold a probability distribution)");
+    optimizer.validate();
     optimizer_ = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer));
     loss_ = std::make_unique<detail::loss_holder<Loss>>(std::move(loss));
     metrics_.clear();
     (metrics_.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics))), ...);
-    slots_ = Optimizer::slots;
+    slots_ = optimizer_->slots();
+    if (slots_ > max_slots) throw std::logic_error("compile: the optimizer asks for more state slots than a model holds");
     // Fresh optimizer state; the weights stay.
     program_.reset();
     memory_.reserve(step_base(), memory_plan<Net, 0, 0>::gradients_offset);
@@ -145,9 +149,13 @@ class model {
         train_step(program, batch);
         ++step;
         fill_logs(step_logs, "");
-        step_logs.set("learning_rate", optimizer_->learning_rate());
+        step_logs.set("learning_rate", optimizer_->learning_rate(iterations_));
         for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       }
+      if (step == 0)
+        throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
+                                    std::to_string(batch_type::size) +
+                                    " samples to train on; the dataset is smaller than one batch");
       epoch_logs = step_logs;
       if (options.validation_data) {
         run_evaluation(program, options.validation_data);
@@ -346,12 +354,17 @@ class model {
     const double loss = compute_loss(program, batch, batch.valid);
     program.backward();
     ++iterations_;
-    float* slot_pointers[4] = {};
+    optimizers::update_arguments arguments;
+    arguments.weights = memory_.template at<float>(0);
+    arguments.grads = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
+    float* slot_pointers[max_slots] = {};
     for (int s = 0; s < slots_; ++s)
-      slot_pointers[s] = memory_.template at<float>(memory_plan<Net, 0, 0>::slot_offset(0) +
-                                                     static_cast<std::size_t>(s) * memory_plan<Net, 0, 0>::parameter_bytes);
-    optimizer_->update(memory_.template at<float>(0), memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset),
-                       slot_pointers, static_cast<std::ptrdiff_t>(Net::parameter_floats), iterations_);
+      slot_pointers[s] = memory_.template at<float>(memory_plan<Net, 0, 0>::slot_offset(s));
+    arguments.slots = slot_pointers;
+    arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
+    arguments.tensors = parameter_tensors_;
+    arguments.iteration = iterations_;
+    optimizer_->update(arguments);
     loss_mean_.update(loss, batch.valid);
     update_metrics(program, batch, batch.valid);
     return loss;
@@ -416,12 +429,18 @@ class model {
     return validation_names_.back();
   }
 
-  // f(name, shape, byte offset, element count) for every parameter, in order.
+  // f(name, shape, byte offset, element count, kind) for every parameter, in order.
   template <class F>
-  void for_each_parameter(F&& f) const {
+  static void for_each_parameter_static(F&& f) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (parameters_of_layer<I>(f), ...);
     }(std::make_index_sequence<Net::layer_count>{});
+  }
+  // f(name, shape, byte offset, element count) for every parameter, in order.
+  template <class F>
+  void for_each_parameter(F&& f) const {
+    for_each_parameter_static([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t offset,
+                                  std::size_t count, param_kind) { f(name, std::move(shape), offset, count); });
   }
   template <std::size_t I, class F>
   static void parameters_of_layer(F& f) {
@@ -430,7 +449,7 @@ class model {
       (f("layers." + std::to_string(I) + "." + std::string(std::tuple_element_t<P, typename params::tuple>::name),
          shape_vector<typename std::tuple_element_t<P, typename params::tuple>::shape_type>(),
          memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
-         std::tuple_element_t<P, typename params::tuple>::size),
+         std::tuple_element_t<P, typename params::tuple>::size, std::tuple_element_t<P, typename params::tuple>::kind),
        ...);
     }(std::make_index_sequence<params::count>{});
   }
@@ -457,6 +476,17 @@ class model {
        ...);
     }(std::make_index_sequence<params::count>{});
   }
+
+  static constexpr int max_slots = 8;
+  // Every parameter tensor's place and kind, in arena order (floats).
+  static inline const std::vector<optimizers::parameter_tensor> parameter_tensors_ = [] {
+    std::vector<optimizers::parameter_tensor> tensors;
+    for_each_parameter_static([&](const std::string&, const std::vector<std::int64_t>&, std::size_t offset,
+                                  std::size_t count, param_kind kind) {
+      tensors.push_back({offset / sizeof(float), count, kind});
+    });
+    return tensors;
+  }();
 
   std::uint64_t seed_;
   arena memory_;

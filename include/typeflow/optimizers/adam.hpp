@@ -1,0 +1,109 @@
+// adam and adamw, as Keras 3 writes them, with the bias corrections folded
+// into the step size:
+//   lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
+//   m += (g - m) * (1 - beta_1);  v += (g^2 - v) * (1 - beta_2)
+//   w -= lr_t * m / (sqrt(v) + epsilon)                 (amsgrad: sqrt(max(v_hat, v)))
+// Keras's epsilon sits outside the bias correction; PyTorch's adds epsilon to
+// sqrt(v / (1 - beta_2^t)) instead, so the two differ by a factor
+// sqrt(1 - beta_2^t) on epsilon (tests/reference covers both).
+//
+// adamw is adam with decoupled weight decay (default 0.004, as Keras's AdamW),
+// applied as w -= lr * weight_decay * w before the step, to kernels and
+// embeddings only by default.
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "typeflow/core/host_device.hpp"
+#include "typeflow/optimizers/update.hpp"
+
+namespace typeflow::optimizers {
+
+namespace detail {
+struct adam_rule {
+  float step_size, beta_1, beta_2, epsilon;
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& m, float& v) const {
+    m += (g - m) * (1.f - beta_1);
+    v += (g * g - v) * (1.f - beta_2);
+    w -= step_size * m / (std::sqrt(v) + epsilon);
+  }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& m, float& v, float& v_max) const {
+    m += (g - m) * (1.f - beta_1);
+    v += (g * g - v) * (1.f - beta_2);
+    v_max = v_max > v ? v_max : v;
+    w -= step_size * m / (std::sqrt(v_max) + epsilon);
+  }
+};
+
+template <class O>
+void validate_adam(const O& o) {
+  check_common_options(o);
+  auto in_unit = [](float b, const char* what) {
+    if (!(b >= 0.f && b < 1.f))
+      throw std::invalid_argument(std::string(O::name) + ": " + what + " must lie in [0, 1) (got " +
+                                  std::to_string(b) + ")");
+  };
+  in_unit(o.beta_1, "beta_1");
+  in_unit(o.beta_2, "beta_2");
+  if (!(o.epsilon > 0.f)) throw std::invalid_argument(std::string(O::name) + ": epsilon must be positive");
+}
+
+template <class O>
+void adam_update(const O& o, const update_arguments& a) {
+  const double lr = current_learning_rate(o, a.iteration);
+  clip_gradients(o, a);
+  decay_weights(o, lr, a);
+  const double t = static_cast<double>(a.iteration);
+  const double correction =
+      std::sqrt(1.0 - std::pow(double{o.beta_2}, t)) / (1.0 - std::pow(double{o.beta_1}, t));
+  const adam_rule r{static_cast<float>(lr * correction), o.beta_1, o.beta_2, o.epsilon};
+  float* w = a.weights;
+  const float* g = a.grads;
+  float* m = a.slots[0];
+  float* v = a.slots[1];
+  if (o.amsgrad) {
+    float* v_max = a.slots[2];
+    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], m[i], v[i], v_max[i]); });
+  } else {
+    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], m[i], v[i]); });
+  }
+}
+}  // namespace detail
+
+struct adam {
+  schedules::learning_rate learning_rate = 0.001;
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+  bool amsgrad = false;
+  float weight_decay = 0.f;
+  decay_scope weight_decay_applies_to = decay_scope::all;
+  std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
+
+  static constexpr std::string_view name = "adam";
+  int slot_count() const { return amsgrad ? 3 : 2; }  // m, v (and the running max of v)
+  void validate() const { detail::validate_adam(*this); }
+  void update(const update_arguments& a) const { detail::adam_update(*this, a); }
+};
+
+struct adamw {
+  schedules::learning_rate learning_rate = 0.001;
+  float weight_decay = 0.004f;
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+  bool amsgrad = false;
+  decay_scope weight_decay_applies_to = decay_scope::kernels;
+  std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
+
+  static constexpr std::string_view name = "adamw";
+  int slot_count() const { return amsgrad ? 3 : 2; }
+  void validate() const { detail::validate_adam(*this); }
+  void update(const update_arguments& a) const { detail::adam_update(*this, a); }
+};
+
+}  // namespace typeflow::optimizers
