@@ -84,7 +84,7 @@ template <>
 inline constexpr epilogue fusable_epilogue<tanh> = epilogue::tanh;
 template <>
 inline constexpr epilogue fusable_epilogue<sigmoid> = epilogue::sigmoid;
-template <int Units>
-inline constexpr bool fuses_epilogue<dense<Units>> = true;
+template <int Units, class... Options>
+inline constexpr bool fuses_epilogue<dense<Units, Options...>> = true;
 
 }  // namespace typeflow

@@ -5,6 +5,9 @@
 //   bias    (Units,)        zeros
 //   output  (B, ..., Units)
 //
+// Options: kernel_initializer<I>, bias_initializer<I>, kernel_regularizer<R>,
+// bias_regularizer<R>, e.g. dense<64, kernel_initializer<initializers::he_normal>>.
+//
 // When a relu, tanh or sigmoid follows, it runs inside the matmul as a oneDNN
 // post-op and the activation layer only applies its derivative in backward.
 #pragma once
@@ -17,13 +20,16 @@
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activation_traits.hpp"
+#include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
 
-template <int Units>
+template <int Units, class... Options>
 struct dense {
-  static std::string type_name() { return "dense<" + std::to_string(Units) + ">"; }
+  static std::string type_name() {
+    return "dense<" + std::to_string(Units) + (sizeof...(Options) ? ", ...>" : ">");
+  }
 
   template <class In, class Context>
   struct bind : layer_defaults {
@@ -31,6 +37,16 @@ struct dense {
                   "dense<Units>: Units, the number of output features, must be positive");
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>, (In::rank >= 1)>::passed,
                   "dense<Units>: the input needs at least one axis; dense works over the last one");
+    static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
+                              (detail::is_known_option<Options> && ...)>::passed,
+                  "dense<Units, Options...>: each option must be kernel_initializer<>, bias_initializer<>, "
+                  "kernel_regularizer<> or bias_regularizer<>");
+    static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
+                              option_count<kernel_initializer, Options...> <= 1 &&
+                                  option_count<bias_initializer, Options...> <= 1 &&
+                                  option_count<kernel_regularizer, Options...> <= 1 &&
+                                  option_count<bias_regularizer, Options...> <= 1>::passed,
+                  "dense<Units, Options...>: each kind of option may be given once");
 
     static constexpr int units = Units > 0 ? Units : 1;  // keeps one error per mistake
     static constexpr int in_features = In::template dim<-1>;
@@ -38,8 +54,11 @@ struct dense {
     using input_shape = In;
     using output_shape = replace_last_t<In, units>;
     using kernel_shape = shape<in_features, units>;
-    using params = param_list<param<"kernel", kernel_shape, initializers::glorot_uniform>,
-                              param<"bias", shape<units>, initializers::zeros, param_kind::bias>>;
+    using params = param_list<
+        param<"kernel", kernel_shape, option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
+              param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>,
+        param<"bias", shape<units>, option_t<bias_initializer, initializers::zeros, Options...>, param_kind::bias,
+              option_t<bias_regularizer, regularizers::none, Options...>>>;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
     static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
 

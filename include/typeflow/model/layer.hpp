@@ -17,6 +17,7 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/core/shape.hpp"
+#include "typeflow/regularizers/regularizers.hpp"
 
 namespace typeflow {
 
@@ -60,12 +61,15 @@ constexpr std::string_view to_string(param_kind kind) {
   return "?";
 }
 
-// One parameter tensor: its name within the layer, its shape, initializer and kind.
-template <fixed_string Name, class Shape, class Initializer, param_kind Kind = param_kind::kernel>
+// One parameter tensor: its name within the layer, its shape, initializer,
+// kind and regularizer.
+template <fixed_string Name, class Shape, class Initializer, param_kind Kind = param_kind::kernel,
+          class Regularizer = regularizers::none>
 struct param {
   static constexpr std::string_view name = Name.view();
   using shape_type = Shape;
   using initializer = Initializer;
+  using regularizer = Regularizer;
   static constexpr param_kind kind = Kind;
   static constexpr bool trainable = Kind != param_kind::statistic;
   static constexpr std::size_t size = Shape::size;

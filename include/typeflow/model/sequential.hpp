@@ -116,6 +116,17 @@ struct sequential {
       per_layer([]<class L>() { return L::workspace_bytes_per_sample; });
   static constexpr auto layer_flops = per_layer([]<class L>() { return L::flops_per_sample; });
 
+  // Whether any parameter of the network carries a regularizer.
+  static constexpr bool has_regularizers = [] {
+    for (bool b : per_layer([]<class L>() {
+           return []<std::size_t... P>(std::index_sequence<P...>) {
+             return (std::tuple_element_t<P, typename L::params::tuple>::regularizer::active || ... || false);
+           }(std::make_index_sequence<L::params::count>{});
+         }))
+      if (b) return true;
+    return false;
+  }();
+
   static constexpr std::size_t parameter_count = [] {
     std::size_t sum = 0;
     for (auto c : param_counts) sum += c;

@@ -58,11 +58,16 @@ void print_summary(std::FILE* out) {
         }(),
         ...);
   }(std::make_index_sequence<Net::layer_count>{});
+  // Statistics (batch_norm's moving mean and variance) are parameters the
+  // optimizer never trains.
   const std::size_t total = Net::parameter_count;
-  std::fprintf(out, "%s\nTotal params: %s (%s)\nTrainable params: %s\nNon-trainable params: 0\n%s\n",
+  const std::size_t trainable = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return (std::size_t{0} + ... + Net::template layer<I>::params::trainable_count);
+  }(std::make_index_sequence<Net::layer_count>{});
+  std::fprintf(out, "%s\nTotal params: %s (%s)\nTrainable params: %s\nNon-trainable params: %s\n%s\n",
                double_rule.c_str(), detail::with_thousands(total).c_str(),
-               detail::human_bytes(total * sizeof(float)).c_str(), detail::with_thousands(total).c_str(),
-               rule.c_str());
+               detail::human_bytes(total * sizeof(float)).c_str(), detail::with_thousands(trainable).c_str(),
+               detail::with_thousands(total - trainable).c_str(), rule.c_str());
 }
 
 }  // namespace typeflow

@@ -144,12 +144,21 @@ class model {
       reset_metrics();
       auto cursor = train.open(static_cast<std::uint64_t>(epoch_counter_++));
       std::int64_t step = 0;
-      while (cursor.next(batch)) {
+      // The input wait is the time next() takes to hand over a batch; the
+      // step time runs from there to the end of the update.
+      using clock = std::chrono::steady_clock;
+      clock::duration waited{}, stepped{};
+      for (auto asked = clock::now(); cursor.next(batch); asked = clock::now()) {
+        const auto received = clock::now();
         if (batch.valid < batch_type::size) break;  // the last partial batch
         train_step(program, batch);
         ++step;
+        waited += received - asked;
+        stepped += clock::now() - received;
         fill_logs(step_logs, "");
         step_logs.set("learning_rate", optimizer_->learning_rate(iterations_));
+        step_logs.set("input_wait_fraction",
+                      std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
         for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       }
       if (step == 0)
@@ -351,8 +360,13 @@ class model {
     run_.training = true;
     ++run_.step;
     program.forward();
-    const double loss = compute_loss(program, batch, batch.valid);
+    double loss = compute_loss(program, batch, batch.valid);
     program.backward();
+    if constexpr (has_regularizers) {
+      const double penalty = apply_regularizers(true);
+      regularization_mean_.update(penalty, batch.valid);
+      loss += penalty;
+    }
     ++iterations_;
     optimizers::update_arguments arguments;
     arguments.weights = memory_.template at<float>(0);
@@ -398,16 +412,19 @@ class model {
     batch_type batch;
     auto cursor = data.open(0);
     run_.training = false;
+    const double penalty = has_regularizers ? apply_regularizers(false) : 0.0;
     while (cursor.next(batch)) {
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
       program.forward();
-      loss_mean_.update(compute_loss(program, batch, batch.valid), batch.valid);
+      loss_mean_.update(compute_loss(program, batch, batch.valid) + penalty, batch.valid);
+      regularization_mean_.update(penalty, batch.valid);
       update_metrics(program, batch, batch.valid);
     }
   }
 
   void reset_metrics() {
     loss_mean_.reset();
+    regularization_mean_.reset();
     for (auto& m : metrics_) m->reset();
   }
 
@@ -415,9 +432,11 @@ class model {
   void fill_logs(logs& out, std::string_view prefix) const {
     if (prefix.empty()) {
       out.set("loss", loss_mean_.result());
+      if (has_regularizers) out.set("regularization_loss", regularization_mean_.result());
       for (auto& m : metrics_) out.set(m->name(), m->result());
     } else {
       out.set("val_loss", loss_mean_.result());
+      if (has_regularizers) out.set("val_regularization_loss", regularization_mean_.result());
       for (auto& m : metrics_) out.set(validation_name(m->name()), m->result());
     }
   }
@@ -456,6 +475,41 @@ class model {
   template <class Shape>
   static std::vector<std::int64_t> shape_vector() {
     return std::vector<std::int64_t>(Shape::dims.begin(), Shape::dims.end());
+  }
+
+  // Whether any parameter carries a regularizer (decided at compile time).
+  static constexpr bool has_regularizers = Net::has_regularizers;
+
+  // The regularizers' total penalty; with add_gradients, also adds each
+  // penalty's gradient to its parameter's gradient.
+  double apply_regularizers(bool add_gradients) {
+    double total = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (regularize_layer<I>(add_gradients, total), ...);
+    }(std::make_index_sequence<Net::layer_count>{});
+    return total;
+  }
+  template <std::size_t I>
+  void regularize_layer(bool add_gradients, double& total) {
+    using params = typename Net::template layer<I>::params;
+    [&]<std::size_t... P>(std::index_sequence<P...>) {
+      (
+          [&] {
+            using param_type = std::tuple_element_t<P, typename params::tuple>;
+            using regularizer = typename param_type::regularizer;
+            if constexpr (regularizer::active) {
+              const std::size_t offset =
+                  memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float);
+              const float* w = memory_.template at<float>(offset);
+              total += add_gradients
+                           ? regularizer::apply(
+                                 w, memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset + offset),
+                                 param_type::size)
+                           : regularizer::penalty(w, param_type::size);
+            }
+          }(),
+          ...);
+    }(std::make_index_sequence<params::count>{});
   }
 
   void initialize_parameters() {
@@ -499,6 +553,7 @@ class model {
   std::unique_ptr<detail::loss_base> loss_;
   std::vector<std::unique_ptr<detail::metric_base>> metrics_;
   metrics::mean loss_mean_;
+  metrics::mean regularization_mean_;  // the part of the loss the regularizers add
   std::shared_ptr<void> program_;
   int program_batch_ = 0;
   mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid

@@ -1,0 +1,59 @@
+// Per-layer options as types: dense<64, kernel_initializer<he_normal>,
+// kernel_regularizer<regularizers::l2<1e-4f>>>. Each option kind may appear
+// once; a layer reads the ones it knows and keeps its defaults otherwise.
+#pragma once
+
+#include <type_traits>
+
+#include "typeflow/regularizers/regularizers.hpp"
+
+namespace typeflow {
+
+template <class Initializer>
+struct kernel_initializer {
+  using type = Initializer;
+};
+template <class Initializer>
+struct bias_initializer {
+  using type = Initializer;
+};
+template <class Regularizer>
+struct kernel_regularizer {
+  using type = Regularizer;
+};
+template <class Regularizer>
+struct bias_regularizer {
+  using type = Regularizer;
+};
+
+namespace detail {
+template <template <class> class Kind, class Option>
+inline constexpr bool is_option_of = false;
+template <template <class> class Kind, class T>
+inline constexpr bool is_option_of<Kind, Kind<T>> = true;
+
+template <template <class> class Kind, class Default, class... Options>
+struct find_option {
+  using type = Default;
+};
+template <template <class> class Kind, class Default, class First, class... Rest>
+struct find_option<Kind, Default, First, Rest...> {
+  using type = std::conditional_t<is_option_of<Kind, First>, typename First::type,
+                                  typename find_option<Kind, Default, Rest...>::type>;
+};
+
+template <class Option>
+inline constexpr bool is_known_option =
+    is_option_of<kernel_initializer, Option> || is_option_of<bias_initializer, Option> ||
+    is_option_of<kernel_regularizer, Option> || is_option_of<bias_regularizer, Option>;
+}  // namespace detail
+
+// The option of kind Kind among Options, or Default.
+template <template <class> class Kind, class Default, class... Options>
+using option_t = typename detail::find_option<Kind, Default, Options...>::type;
+
+// How many of Options are of kind Kind (a layer refuses duplicates).
+template <template <class> class Kind, class... Options>
+inline constexpr int option_count = (0 + ... + detail::is_option_of<Kind, Options>);
+
+}  // namespace typeflow

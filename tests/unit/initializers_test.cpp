@@ -1,0 +1,115 @@
+// Initializers follow Keras's variance-scaling definitions; layers take
+// per-parameter overrides and regularizers as options.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+namespace init = tf::initializers;
+
+namespace {
+struct moments {
+  double mean = 0, stddev = 0, largest = 0;
+};
+template <class Initializer, class Shape>
+moments draw(std::uint64_t seed = 1) {
+  std::vector<float> w(Shape::size);
+  Initializer::template fill<Shape>(w.data(), tf::random_stream{seed, 0});
+  double sum = 0, squares = 0, largest = 0;
+  for (float x : w) {
+    sum += x;
+    squares += double{x} * x;
+    largest = std::max(largest, std::fabs(double{x}));
+  }
+  const double mean = sum / w.size();
+  return {mean, std::sqrt(squares / w.size() - mean * mean), largest};
+}
+}  // namespace
+
+TEST_CASE("uniform variance-scaling initializers stay within Keras's limits with the right spread") {
+  using shape = tf::shape<300, 200>;  // fan_in 300, fan_out 200
+  const auto glorot = draw<init::glorot_uniform, shape>();
+  const double glorot_limit = std::sqrt(6.0 / 500);
+  CHECK(glorot.largest <= glorot_limit);
+  CHECK(glorot.stddev == doctest::Approx(glorot_limit / std::sqrt(3.0)).epsilon(0.02));
+  const auto he = draw<init::he_uniform, shape>();
+  CHECK(he.largest <= std::sqrt(6.0 / 300));
+  CHECK(he.stddev == doctest::Approx(std::sqrt(2.0 / 300)).epsilon(0.02));
+  const auto lecun = draw<init::lecun_uniform, shape>();
+  CHECK(lecun.stddev == doctest::Approx(std::sqrt(1.0 / 300)).epsilon(0.02));
+}
+
+TEST_CASE("normal variance-scaling initializers are truncated at two standard deviations and keep the variance") {
+  using shape = tf::shape<300, 200>;
+  const double glorot_sd = std::sqrt(2.0 / 500), he_sd = std::sqrt(2.0 / 300), lecun_sd = std::sqrt(1.0 / 300);
+  const auto glorot = draw<init::glorot_normal, shape>();
+  CHECK(glorot.stddev == doctest::Approx(glorot_sd).epsilon(0.02));
+  CHECK(glorot.largest <= 2 * glorot_sd / 0.87962566103423978 + 1e-6);
+  const auto he = draw<init::he_normal, shape>();
+  CHECK(he.stddev == doctest::Approx(he_sd).epsilon(0.02));
+  const auto lecun = draw<init::lecun_normal, shape>();
+  CHECK(lecun.stddev == doctest::Approx(lecun_sd).epsilon(0.02));
+  CHECK(std::fabs(lecun.mean) < 0.01 * lecun_sd * 10);
+}
+
+TEST_CASE("truncated_normal, zeros and ones give what their names say") {
+  const auto t = draw<init::truncated_normal<0.05f, 1.f>, tf::shape<100000>>();
+  CHECK(t.mean == doctest::Approx(1.0).epsilon(0.001));
+  CHECK(t.largest <= 1.0 + 2 * 0.05 + 1e-6);
+  // A normal truncated at 2 sigma keeps 0.8796 of its stddev (Keras does not rescale here).
+  CHECK(t.stddev == doctest::Approx(0.05 * 0.87962566103423978).epsilon(0.02));
+  std::vector<float> w(10, 5.f);
+  init::zeros::fill<tf::shape<10>>(w.data(), {});
+  CHECK(std::all_of(w.begin(), w.end(), [](float x) { return x == 0.f; }));
+  init::ones::fill<tf::shape<10>>(w.data(), {});
+  CHECK(std::all_of(w.begin(), w.end(), [](float x) { return x == 1.f; }));
+}
+
+TEST_CASE("a dense layer takes per-parameter initializer overrides") {
+  using net = tf::sequential<tf::input<400>,
+                             tf::dense<100, tf::kernel_initializer<init::he_normal>, tf::bias_initializer<init::ones>>,
+                             tf::dense<10>>;
+  tf::model<net> model{3};
+  double squares = 0;
+  for (float x : model.parameter("layers.1.kernel")) squares += double{x} * x;
+  CHECK(std::sqrt(squares / (400 * 100)) == doctest::Approx(std::sqrt(2.0 / 400)).epsilon(0.03));
+  for (float b : model.parameter("layers.1.bias")) CHECK(b == 1.f);
+  for (float b : model.parameter("layers.2.bias")) CHECK(b == 0.f);  // the default stays
+}
+
+TEST_CASE("kernel regularizers add their penalty to the loss, report it apart, and add its gradient") {
+  using plain = tf::sequential<tf::input<4>, tf::dense<3>>;
+  using regularized = tf::sequential<tf::input<4>, tf::dense<3, tf::kernel_regularizer<tf::regularizers::l1_l2<0.01f, 0.1f>>>>;
+  tf::data::batch_of<2, tf::data::tensor_value<float, tf::shape<4>>, tf::data::tensor_value<std::int32_t, tf::shape<>>> batch;
+  for (std::size_t i = 0; i < batch.features.size(); ++i) batch.features[i] = 0.1f * static_cast<float>(i);
+  batch.labels = {0, 2};
+  batch.valid = 2;
+  tf::model<plain> a{5};
+  tf::model<regularized> b{5};
+  const tf::losses::sparse_categorical_crossentropy loss{.from_logits = true};
+  a.compile(tf::optimizers::sgd{.learning_rate = 0.0}, loss);
+  b.compile(tf::optimizers::sgd{.learning_rate = 0.0}, loss);
+  const double plain_loss = a.train_on_batch(batch);
+  const double total = b.train_on_batch(batch);
+  double penalty = 0;
+  const auto w = b.parameter("layers.1.kernel");
+  for (float x : w) penalty += 0.01 * std::fabs(x) + 0.1 * double{x} * x;
+  CHECK(total == doctest::Approx(plain_loss + penalty).epsilon(1e-6));
+  const auto ga = a.gradient("layers.1.kernel"), gb = b.gradient("layers.1.kernel");
+  for (std::size_t i = 0; i < w.size(); ++i)
+    CHECK(gb[i] == doctest::Approx(ga[i] + 0.01f * (w[i] > 0 ? 1.f : -1.f) + 0.2f * w[i]).epsilon(1e-5));
+  // The bias carries no regularizer: same gradient as without.
+  CHECK(a.gradient("layers.1.bias")[0] == b.gradient("layers.1.bias")[0]);
+
+  auto data = tf::data::from_tensor_slices<tf::shape<4>>(batch.features, batch.labels) | tf::data::batch<2>;
+  const auto history = b.fit(data, {.epochs = 1, .verbose = 0});
+  REQUIRE(history.contains("regularization_loss"));
+  CHECK(history["regularization_loss"][0] == doctest::Approx(penalty).epsilon(1e-6));
+  CHECK(b.evaluate(data).at("regularization_loss") == doctest::Approx(penalty).epsilon(1e-6));
+  CHECK(!a.fit(data, {.epochs = 1, .verbose = 0}).contains("regularization_loss"));
+}
