@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/model/layer.hpp"
@@ -59,11 +60,15 @@ struct update_arguments {
 // to these helpers.
 template <class O>
 void check_common_options(const O& o) {
-  const int clips = o.clipnorm.has_value() + o.clipvalue.has_value() + o.global_clipnorm.has_value();
+  std::string set;
+  int clips = 0;
+  for (auto [given, what] : {std::pair{o.clipnorm.has_value(), "clipnorm"}, std::pair{o.clipvalue.has_value(), "clipvalue"},
+                             std::pair{o.global_clipnorm.has_value(), "global_clipnorm"}})
+    if (given) set += (clips++ ? " and " : "") + std::string(what);
   if (clips > 1)
     throw std::invalid_argument(std::string(O::name) +
-                                ": set at most one of clipnorm, clipvalue and global_clipnorm (" +
-                                std::to_string(clips) + " are set)");
+                                ": set at most one of clipnorm, clipvalue and global_clipnorm (" + set +
+                                " are set)");
   auto positive = [](std::optional<float> v, const char* what) {
     if (v && !(*v > 0.f))
       throw std::invalid_argument(std::string(O::name) + ": " + what + " must be positive (got " +
