@@ -117,10 +117,8 @@ struct batch_normalization {
     static constexpr std::size_t flops_per_sample = 8 * In::size;
     static constexpr bool gradient_in_place = true;
     // The batch's (mean, 1 / sqrt(var + epsilon)) per feature, from forward to
-    // backward. They do not grow with the batch, but the layer contract has
-    // only a per-sample workspace, so every sample reserves room for them and
-    // only the first sample's is used.
-    static constexpr std::size_t workspace_bytes_per_sample = 2 * static_cast<std::size_t>(features) * sizeof(float);
+    // backward: a fixed size, whatever the batch.
+    static constexpr std::size_t workspace_bytes_per_step = 2 * static_cast<std::size_t>(features) * sizeof(float);
 
     template <int Batch>
     class executor : public executor_defaults {

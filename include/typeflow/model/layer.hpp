@@ -133,7 +133,8 @@ struct layer_defaults {
   static constexpr std::size_t flops_per_sample = 0;
   static constexpr bool output_aliases_input = false;  // out == in (reshape, fused activation)
   static constexpr bool gradient_in_place = false;     // d_in == d_out
-  static constexpr std::size_t workspace_bytes_per_sample = 0;
+  static constexpr std::size_t workspace_bytes_per_sample = 0;  // scales with the batch (dropout's mask)
+  static constexpr std::size_t workspace_bytes_per_step = 0;    // does not (batch_norm's batch statistics)
 };
 
 // What executors without library primitives share: no scratchpad to bind.

@@ -96,18 +96,21 @@ struct memory_plan {
     return which;
   }();
 
+  static constexpr std::size_t workspace_bytes(std::size_t layer) {
+    return align_up(Batch * Net::workspace_bytes_per_sample[layer] + Net::workspace_bytes_per_step[layer]);
+  }
   static constexpr auto workspace_offset = [] {
     std::array<std::size_t, layer_count> offsets{};
     std::size_t at = activations_end + 2 * gradient_buffer_bytes;
     for (std::size_t i = 0; i < layer_count; ++i) {
       offsets[i] = at;
-      at += align_up(Batch * Net::workspace_bytes_per_sample[i]);
+      at += workspace_bytes(i);
     }
     return offsets;
   }();
   static constexpr std::size_t loss_rows_offset = [] {
     std::size_t end = activations_end + 2 * gradient_buffer_bytes;
-    for (std::size_t i = 0; i < layer_count; ++i) end += align_up(Batch * Net::workspace_bytes_per_sample[i]);
+    for (std::size_t i = 0; i < layer_count; ++i) end += workspace_bytes(i);
     return end;
   }();
 

@@ -114,6 +114,8 @@ struct sequential {
   static constexpr auto gradient_in_place = per_layer([]<class L>() { return L::gradient_in_place; });
   static constexpr auto workspace_bytes_per_sample =
       per_layer([]<class L>() { return L::workspace_bytes_per_sample; });
+  static constexpr auto workspace_bytes_per_step =
+      per_layer([]<class L>() { return L::workspace_bytes_per_step; });
   static constexpr auto layer_flops = per_layer([]<class L>() { return L::flops_per_sample; });
 
   // Whether any parameter of the network carries a regularizer.
