@@ -67,11 +67,15 @@ TEST_CASE("relu after dense is fused into the matmul; after a reshape it is not"
 
 TEST_CASE("the memory plan aligns every buffer and shares buffers where layers allow") {
   using plan = tf::memory_plan<mlp, 16, 2>;
-  // Each parameter tensor starts on a 64-byte boundary: 784*32 floats, then
-  // the bias of 32 floats, then the second kernel.
+  // Each parameter tensor starts on a 64-byte boundary: 784 rows of 32
+  // floats, then the bias of 32 floats, then the second kernel, whose rows of
+  // 10 are stored 16 apart, then its bias of 10 padded to 16.
   static_assert(plan::layer_parameter_offset[2] == 0);
   static_assert(plan::layer_parameter_offset[5] == (784 * 32 + 32) * sizeof(float));
-  static_assert(mlp::parameter_floats == 784 * 32 + 32 + 32 * 10 + 16);  // bias of 10 padded to 16
+  static_assert(mlp::parameter_floats == 784 * 32 + 32 + 32 * 16 + 16);
+  // Rows whose stride would be a multiple of 512 bytes get 64 more.
+  static_assert(tf::padded_row_length(10) == 16 && tf::padded_row_length(784) == 784 &&
+                tf::padded_row_length(512) == 528 && tf::padded_row_length(1024) == 1040);
   static_assert(plan::gradients_offset == mlp::parameter_floats * sizeof(float));
   static_assert(plan::slot_offset(1) == plan::gradients_offset + 2 * mlp::parameter_floats * sizeof(float));
   // flatten and the fused relu reuse their input's buffer; dropout does not.

@@ -279,7 +279,8 @@ struct toy_data {
 
 using bn_net = tf::sequential<tf::input<5>, tf::dense<8>, tf::batch_norm, tf::relu, tf::dense<3>>;
 
-std::vector<float> copy_of(std::span<const float> values) { return {values.begin(), values.end()}; }
+template <class View>
+std::vector<float> copy_of(const View& values) { return {values.begin(), values.end()}; }
 
 }  // namespace
 

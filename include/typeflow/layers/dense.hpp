@@ -65,15 +65,17 @@ struct dense {
     template <int Batch>
     class executor {
       static constexpr int rows = Batch * static_cast<int>(rows_per_sample);
+      // The kernel's rows are stored padded (see padded_row_length).
+      static constexpr int kernel_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
 
      public:
       explicit executor(const layer_io& io)
           : io_(io),
-            forward_(*io.context, {rows, units, in_features}, true, fused),
+            forward_(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true, fused),
             // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units)
-            kernel_grad_(*io.context, {in_features, units, rows, true, false}, false),
+            kernel_grad_(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false),
             // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-            input_grad_(*io.context, {rows, in_features, units, false, true}, false) {}
+            input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {}
 
       std::size_t scratchpad_bytes() const {
         return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(),

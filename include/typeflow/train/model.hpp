@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,7 @@
 #include "typeflow/backend/device.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/random.hpp"
+#include "typeflow/core/strided_view.hpp"
 #include "typeflow/data/any_dataset.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/distribute/single_device.hpp"
@@ -235,10 +237,12 @@ class model {
   // shapes, e.g. layers.1.kernel (784, 512). Written to a temporary file and
   // renamed, so a crash never leaves a partial file under `path`.
   void save_weights(const std::filesystem::path& path) const {
+    std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
-    for_each_parameter([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t offset,
-                           std::size_t count) {
-      tensors.push_back({name, "F32", std::move(shape), memory_.template at<float>(offset), count * sizeof(float)});
+    for_each_parameter([&](const parameter_info& p) {
+      const auto view = stored(p, 0);
+      values.emplace_back(view.begin(), view.end());
+      tensors.push_back({p.name, "F32", p.shape, values.back().data(), p.size * sizeof(float)});
     });
     io::write_safetensors(path, tensors, {{"format", "typeflow"}});
   }
@@ -249,37 +253,27 @@ class model {
   void load_weights(const std::filesystem::path& path) {
     const auto file = io::safetensors_file::read(path);
     io::check_tensors_match(file, parameter_specs());
-    for_each_parameter([&](const std::string& name, const std::vector<std::int64_t>&, std::size_t offset,
-                           std::size_t count) {
-      const auto bytes = file.data(name);
-      std::memcpy(memory_.template at<float>(offset), bytes.data(), count * sizeof(float));
+    for_each_parameter([&](const parameter_info& p) {
+      const auto bytes = file.data(p.name);
+      const auto view = stored(p, 0);
+      for (std::size_t i = 0; i < p.size; ++i) std::memcpy(&view[i], bytes.data() + i * sizeof(float), sizeof(float));
     });
   }
 
   // The names, shapes and dtypes of every parameter, in arena order.
   std::vector<io::tensor_spec> parameter_specs() const {
     std::vector<io::tensor_spec> specs;
-    for_each_parameter([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t, std::size_t) {
-      specs.push_back({name, "F32", std::move(shape)});
-    });
+    for_each_parameter([&](const parameter_info& p) { specs.push_back({p.name, "F32", p.shape}); });
     return specs;
   }
 
-  // A parameter's values by name, e.g. "layers.1.kernel"; throws if absent.
-  std::span<float> parameter(std::string_view name) {
-    std::span<float> found;
-    for_each_parameter([&](const std::string& n, const std::vector<std::int64_t>&, std::size_t offset,
-                           std::size_t count) {
-      if (n == name) found = {memory_.template at<float>(offset), count};
-    });
-    if (found.empty()) throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
-    return found;
-  }
+  // A parameter's values by name, e.g. "layers.1.kernel", in the tensor's
+  // row-major order (the arena pads rows; the view hides that). Throws if absent.
+  strided_view<float> parameter(std::string_view name) { return stored(find_parameter(name), 0); }
   // The gradient of the last training step for a parameter.
-  std::span<const float> gradient(std::string_view name) {
-    const auto values = parameter(name);
-    const auto offset = reinterpret_cast<const std::byte*>(values.data()) - memory_.data();
-    return {memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset + offset), values.size()};
+  strided_view<const float> gradient(std::string_view name) const {
+    const auto view = stored(find_parameter(name), memory_plan<Net, 0, 0>::gradients_offset);
+    return {view.storage(), view.size(), view.row_length(), view.row_stride()};
   }
 
   // The whole parameter region (padding included), for bit-for-bit comparisons.
@@ -448,29 +442,52 @@ class model {
     return validation_names_.back();
   }
 
-  // f(name, shape, byte offset, element count, kind) for every parameter, in order.
+  // One parameter tensor: where it is stored and how.
+  struct parameter_info {
+    std::string name;                 // "layers.1.kernel"
+    std::vector<std::int64_t> shape;  // (784, 512)
+    std::size_t offset = 0;           // bytes from the start of the parameter region
+    std::size_t size = 0;             // elements
+    std::size_t row_length = 1, row_stride = 1;
+    std::size_t stored_floats = 0;    // with the rows' padding
+    param_kind kind = param_kind::kernel;
+  };
+
+  // f(parameter_info) for every parameter, in arena order.
   template <class F>
-  static void for_each_parameter_static(F&& f) {
+  static void for_each_parameter(F&& f) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (parameters_of_layer<I>(f), ...);
     }(std::make_index_sequence<Net::layer_count>{});
-  }
-  // f(name, shape, byte offset, element count) for every parameter, in order.
-  template <class F>
-  void for_each_parameter(F&& f) const {
-    for_each_parameter_static([&](const std::string& name, std::vector<std::int64_t> shape, std::size_t offset,
-                                  std::size_t count, param_kind) { f(name, std::move(shape), offset, count); });
   }
   template <std::size_t I, class F>
   static void parameters_of_layer(F& f) {
     using params = typename Net::template layer<I>::params;
     [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (f("layers." + std::to_string(I) + "." + std::string(std::tuple_element_t<P, typename params::tuple>::name),
-         shape_vector<typename std::tuple_element_t<P, typename params::tuple>::shape_type>(),
-         memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
-         std::tuple_element_t<P, typename params::tuple>::size, std::tuple_element_t<P, typename params::tuple>::kind),
-       ...);
+      (
+          [&] {
+            using param_type = std::tuple_element_t<P, typename params::tuple>;
+            f(parameter_info{"layers." + std::to_string(I) + "." + std::string(param_type::name),
+                             shape_vector<typename param_type::shape_type>(),
+                             memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
+                             param_type::size, param_type::row_length, param_type::row_stride,
+                             param_type::stored_floats, param_type::kind});
+          }(),
+          ...);
     }(std::make_index_sequence<params::count>{});
+  }
+  static parameter_info find_parameter(std::string_view name) {
+    std::optional<parameter_info> found;
+    for_each_parameter([&](const parameter_info& p) {
+      if (p.name == name) found = p;
+    });
+    if (!found) throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
+    return *found;
+  }
+  // A parameter's elements in the region starting `region` bytes into the arena.
+  strided_view<float> stored(const parameter_info& p, std::size_t region) const {
+    float* data = const_cast<float*>(memory_.template at<float>(region + p.offset));
+    return {data, p.size, p.row_length, p.row_stride};
   }
   template <class Shape>
   static std::vector<std::int64_t> shape_vector() {
@@ -504,8 +521,8 @@ class model {
               total += add_gradients
                            ? regularizer::apply(
                                  w, memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset + offset),
-                                 param_type::size)
-                           : regularizer::penalty(w, param_type::size);
+                                 param_type::stored_floats)
+                           : regularizer::penalty(w, param_type::stored_floats);
             }
           }(),
           ...);
@@ -522,12 +539,19 @@ class model {
   void initialize_layer(std::uint64_t& salt) {
     using params = typename Net::template layer<I>::params;
     [&]<std::size_t... P>(std::index_sequence<P...>) {
-      ((std::tuple_element_t<P, typename params::tuple>::initializer::template fill<
-            typename std::tuple_element_t<P, typename params::tuple>::shape_type>(
-            memory_.template at<float>(memory_plan<Net, 0, 0>::layer_parameter_offset[I] +
-                                       params::template offset<P> * sizeof(float)),
-            random_stream{mix_seed(seed_, ++salt), 0})),
-       ...);
+      (
+          [&] {
+            using param_type = std::tuple_element_t<P, typename params::tuple>;
+            std::vector<float> values(param_type::size);
+            param_type::initializer::template fill<typename param_type::shape_type>(
+                values.data(), random_stream{mix_seed(seed_, ++salt), 0});
+            float* rows = memory_.template at<float>(memory_plan<Net, 0, 0>::layer_parameter_offset[I] +
+                                                     params::template offset<P> * sizeof(float));
+            for (std::size_t r = 0; r < param_type::rows; ++r)
+              std::memcpy(rows + r * param_type::row_stride, values.data() + r * param_type::row_length,
+                          param_type::row_length * sizeof(float));
+          }(),
+          ...);
     }(std::make_index_sequence<params::count>{});
   }
 
@@ -535,9 +559,8 @@ class model {
   // Every parameter tensor's place and kind, in arena order (floats).
   static inline const std::vector<optimizers::parameter_tensor> parameter_tensors_ = [] {
     std::vector<optimizers::parameter_tensor> tensors;
-    for_each_parameter_static([&](const std::string&, const std::vector<std::int64_t>&, std::size_t offset,
-                                  std::size_t count, param_kind kind) {
-      tensors.push_back({offset / sizeof(float), count, kind});
+    for_each_parameter([&](const parameter_info& p) {
+      tensors.push_back({p.offset / sizeof(float), p.stored_floats, p.kind});
     });
     return tensors;
   }();

@@ -29,6 +29,8 @@ struct gemm_shape {
   int m = 0, n = 0, k = 0;
   bool transpose_a = false;  // A is stored (k, m) row-major
   bool transpose_b = false;  // B is stored (n, k) row-major
+  // Row strides in floats when rows are padded; 0 means the row's length.
+  int lda = 0, ldb = 0, ldc = 0;
 };
 
 namespace backend::cpu {
@@ -43,9 +45,12 @@ class matmul {
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
     const dnnl::memory::dim m = shape.m, n = shape.n, k = shape.k;
-    a_md_ = dnnl::memory::desc({m, k}, dt::f32, shape.transpose_a ? dims{1, m} : dims{k, 1});
-    b_md_ = dnnl::memory::desc({k, n}, dt::f32, shape.transpose_b ? dims{1, k} : dims{n, 1});
-    c_md_ = dnnl::memory::desc({m, n}, dt::f32, dims{n, 1});
+    const dnnl::memory::dim lda = shape.lda ? shape.lda : (shape.transpose_a ? m : k);
+    const dnnl::memory::dim ldb = shape.ldb ? shape.ldb : (shape.transpose_b ? k : n);
+    const dnnl::memory::dim ldc = shape.ldc ? shape.ldc : n;
+    a_md_ = dnnl::memory::desc({m, k}, dt::f32, shape.transpose_a ? dims{1, lda} : dims{lda, 1});
+    b_md_ = dnnl::memory::desc({k, n}, dt::f32, shape.transpose_b ? dims{1, ldb} : dims{ldb, 1});
+    c_md_ = dnnl::memory::desc({m, n}, dt::f32, dims{ldc, 1});
     bias_md_ = with_bias ? dnnl::memory::desc({1, n}, dt::f32, dims{n, 1}) : dnnl::memory::desc();
 
     dnnl::primitive_attr attr;

@@ -1,0 +1,139 @@
+// Training-step and gemm throughput on the CPU.
+//
+//   build/bench/train_step_bench [--benchmark_filter=BM_mlp_train_step] [--benchmark_min_time=3]
+//
+// BM_mlp_train_step       784-1024-1024-10 relu MLP, Adam, batch 256: one
+//                         train_on_batch (forward, loss, backward, update) per
+//                         iteration. items_per_second is samples/s.
+// BM_mlp_784_512_512_10   the MNIST example's model, batch 128, the same way.
+// BM_gemm/...             oneDNN's matmul alone, through backend::cpu::matmul,
+//                         for the shapes of the big MLP's step; GFLOP/s = 2mnk/s.
+//
+// "GFLOP/s" counts 3 x the forward FLOPs per sample (forward, input gradient,
+// weight gradient), the usual estimate for a training step; the optimizer
+// and element-wise work are not counted. bench/compare_pytorch.sh runs the
+// same step in PyTorch for a side-by-side figure.
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <typeflow/backend/cpu/context.hpp>
+#include <typeflow/backend/cpu/matmul.hpp>
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+
+namespace {
+
+using big_mlp = tf::sequential<tf::input<784>, tf::dense<1024>, tf::relu, tf::dense<1024>, tf::relu,
+                               tf::dense<10>>;
+static_assert(big_mlp::flops_per_sample == 2 * (784 * 1024 + 1024 * 1024 + 1024 * 10));
+
+// The model of examples/mnist_mlp.cpp.
+using mnist_mlp = tf::sequential<tf::input<28, 28>, tf::flatten, tf::dense<512>, tf::relu, tf::dense<512>,
+                                 tf::relu, tf::dense<10>>;
+static_assert(mnist_mlp::flops_per_sample == 2 * (784 * 512 + 512 * 512 + 512 * 10));
+
+constexpr int warmup_steps = 5;
+
+template <class Net, int Batch>
+void train_step(benchmark::State& state) {
+  using features = tf::data::tensor_value<float, typename Net::input_shape_type>;
+  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+  tf::data::batch_of<Batch, features, label> batch;
+
+  std::mt19937 rng{7};
+  std::uniform_real_distribution<float> pixel{0.f, 1.f};
+  std::uniform_int_distribution<std::int32_t> cls{0, 9};
+  for (auto& x : batch.features) x = pixel(rng);
+  for (auto& y : batch.labels) y = cls(rng);
+  batch.valid = Batch;
+
+  tf::model<Net> model{/*seed=*/1};
+  model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+
+  double loss = 0;
+  for (int i = 0; i < warmup_steps; ++i) loss = model.train_on_batch(batch);
+  const double first_loss = loss;
+
+  for (auto _ : state) {
+    loss = model.train_on_batch(batch);
+    benchmark::DoNotOptimize(loss);
+  }
+
+  const double samples = static_cast<double>(state.iterations()) * Batch;
+  state.SetItemsProcessed(state.iterations() * Batch);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(3.0 * static_cast<double>(Net::flops_per_sample) * samples / 1e9,
+                         benchmark::Counter::kIsRate);
+  // The same batch over and over: the loss must fall. A NaN or a rise means
+  // the step computes garbage, and then its speed means nothing.
+  state.counters["loss_after_warmup"] = first_loss;
+  state.counters["loss_last"] = loss;
+  if (!(loss == loss) || loss > first_loss) state.SkipWithError("the loss did not fall on a repeated batch");
+}
+
+void BM_mlp_train_step(benchmark::State& state) { train_step<big_mlp, 256>(state); }
+void BM_mlp_784_512_512_10(benchmark::State& state) { train_step<mnist_mlp, 128>(state); }
+
+BENCHMARK(BM_mlp_train_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_784_512_512_10)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// oneDNN's matmul alone. Args: m, n, k, transpose_a, transpose_b, relu epilogue
+// (with bias). C (m, n) = op(A) (m, k) · op(B) (k, n).
+void BM_gemm(benchmark::State& state) {
+  const tf::gemm_shape shape{static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                             static_cast<int>(state.range(2)), state.range(3) != 0, state.range(4) != 0};
+  const bool with_bias = state.range(5) != 0;
+  const auto after = with_bias ? tf::epilogue::relu : tf::epilogue::none;
+
+  const auto m = static_cast<std::size_t>(shape.m), n = static_cast<std::size_t>(shape.n),
+             k = static_cast<std::size_t>(shape.k);
+  std::mt19937 rng{3};
+  std::uniform_real_distribution<float> value{-1.f, 1.f};
+  std::vector<float> a(m * k), b(k * n), bias(n), c(m * n);
+  for (auto& x : a) x = value(rng);
+  for (auto& x : b) x = value(rng);
+  for (auto& x : bias) x = value(rng);
+
+  tf::backend::cpu::context ctx;
+  tf::backend::cpu::matmul mm{ctx, shape, with_bias, after};
+  std::vector<std::byte> scratchpad(mm.scratchpad_bytes());
+  mm.bind(a.data(), b.data(), with_bias ? bias.data() : nullptr, c.data(),
+          scratchpad.empty() ? nullptr : scratchpad.data());
+  for (int i = 0; i < 3; ++i) mm.run();
+
+  for (auto _ : state) {
+    mm.run();
+    benchmark::ClobberMemory();
+  }
+
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+  state.SetLabel(mm.implementation());
+}
+
+// The big MLP's step at batch 256, as dense.hpp issues it, plus two variants of
+// layer 2's forward product (no epilogue; kernel stored transposed) that show
+// what the epilogue and the kernel's layout cost.
+BENCHMARK(BM_gemm)
+    ->ArgNames({"m", "n", "k", "tA", "tB", "bias_relu"})
+    ->Args({256, 1024, 784, 0, 0, 1})     // layer 1 forward: x (256, 784) · W (784, 1024)
+    ->Args({256, 1024, 1024, 0, 0, 1})    // layer 2 forward: h (256, 1024) · W (1024, 1024)
+    ->Args({256, 1024, 1024, 0, 0, 0})    // the same without bias and relu: what the epilogue costs
+    ->Args({256, 1024, 1024, 0, 1, 1})    // the same with W stored (1024 out, 1024 in): what the layout costs
+    ->Args({1024, 1024, 256, 1, 0, 0})    // layer 2 weight gradient: h^T (1024, 256) · dy (256, 1024)
+    ->Args({784, 1024, 256, 1, 0, 0})     // layer 1 weight gradient: x^T (784, 256) · dy (256, 1024)
+    ->Args({256, 1024, 1024, 0, 1, 0})    // layer 2 input gradient: dy (256, 1024) · W^T (1024, 1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
