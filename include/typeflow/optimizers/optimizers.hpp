@@ -8,6 +8,7 @@
 #include <concepts>
 #include <string_view>
 
+#include "typeflow/optimizers/accumulate.hpp"
 #include "typeflow/optimizers/adam.hpp"
 #include "typeflow/optimizers/lion.hpp"
 #include "typeflow/optimizers/rmsprop.hpp"
@@ -21,8 +22,8 @@ concept optimizer = requires(const O& o, const update_arguments& a) {
   { O::name } -> std::convertible_to<std::string_view>;
   { o.slot_count() } -> std::convertible_to<int>;
   o.validate();
-  o.update(a);
   { o.learning_rate(std::int64_t{0}) } -> std::convertible_to<double>;
-};
+} && (requires(const O& o, const update_arguments& a) { o.update(a); } ||
+      requires(O& o, const update_arguments& a) { { o.accumulate_and_update(a) } -> std::convertible_to<bool>; });
 
 }  // namespace typeflow::optimizers

@@ -25,7 +25,9 @@ struct optimizer_base {
   virtual std::string_view name() const = 0;
   // The learning rate of update number `iteration` (1-based).
   virtual double learning_rate(std::int64_t iteration) const = 0;
-  virtual void update(const optimizers::update_arguments& arguments) const = 0;
+  // Runs the optimizer on this step's gradients; returns whether the weights
+  // changed (an accumulating optimizer updates once every K steps).
+  virtual bool update(const optimizers::update_arguments& arguments) = 0;
 };
 
 template <class Optimizer>
@@ -35,7 +37,14 @@ struct optimizer_holder final : optimizer_base {
   int slots() const override { return optimizer.slot_count(); }
   std::string_view name() const override { return Optimizer::name; }
   double learning_rate(std::int64_t iteration) const override { return optimizer.learning_rate(iteration - 1); }
-  void update(const optimizers::update_arguments& arguments) const override { optimizer.update(arguments); }
+  bool update(const optimizers::update_arguments& arguments) override {
+    if constexpr (requires { optimizer.accumulate_and_update(arguments); }) {
+      return optimizer.accumulate_and_update(arguments);
+    } else {
+      optimizer.update(arguments);
+      return true;
+    }
+  }
 };
 
 struct loss_base {

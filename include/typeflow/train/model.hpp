@@ -158,7 +158,7 @@ class model {
         waited += received - asked;
         stepped += clock::now() - received;
         fill_logs(step_logs, "");
-        step_logs.set("learning_rate", optimizer_->learning_rate(iterations_));
+        step_logs.set("learning_rate", optimizer_->learning_rate(iterations_ + 1));  // the next update's
         step_logs.set("input_wait_fraction",
                       std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
         for (auto* c : callbacks) c->on_batch_end(step, step_logs);
@@ -361,7 +361,6 @@ class model {
       regularization_mean_.update(penalty, batch.valid);
       loss += penalty;
     }
-    ++iterations_;
     optimizers::update_arguments arguments;
     arguments.weights = memory_.template at<float>(0);
     arguments.grads = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
@@ -371,8 +370,8 @@ class model {
     arguments.slots = slot_pointers;
     arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
     arguments.tensors = parameter_tensors_;
-    arguments.iteration = iterations_;
-    optimizer_->update(arguments);
+    arguments.iteration = iterations_ + 1;
+    if (optimizer_->update(arguments)) ++iterations_;
     loss_mean_.update(loss, batch.valid);
     update_metrics(program, batch, batch.valid);
     return loss;

@@ -1,0 +1,58 @@
+// accumulate<K>(optimizer): gradient accumulation, as Keras 3's
+// gradient_accumulation_steps.
+//
+//   Each micro-batch's gradient is added to an accumulator; on every K-th
+//   micro-batch the wrapped optimizer sees the mean of the K gradients and
+//   then clips, decays and updates as usual. Its learning-rate schedule and
+//   the model's iterations() count updates, not micro-batches, so K micro-
+//   batches of B give the same weights as one batch of K * B.
+//
+// The accumulator is one more slot of the parameter region's size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "typeflow/optimizers/update.hpp"
+
+namespace typeflow::optimizers {
+
+template <int K, class Optimizer>
+struct accumulated {
+  static_assert(K >= 1, "accumulate<K>: K, the number of micro-batches per update, must be at least 1");
+
+  Optimizer inner;
+  int micro_batches = 0;  // since the last update
+
+  static constexpr std::string_view name = Optimizer::name;
+  static constexpr int steps = K;
+
+  int slot_count() const { return inner.slot_count() + 1; }  // the inner slots, then the accumulator
+  void validate() const { inner.validate(); }
+  double learning_rate(std::int64_t step) const { return inner.learning_rate(step); }
+
+  // Returns whether this micro-batch completed an update.
+  bool accumulate_and_update(const update_arguments& a) {
+    float* sum = a.slots[inner.slot_count()];
+    float* g = a.grads;
+    if (micro_batches == 0)
+      backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] = g[i]; });
+    else
+      backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] += g[i]; });
+    if (++micro_batches < K) return false;
+    micro_batches = 0;
+    constexpr float mean = 1.f / K;
+    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = sum[i] * mean; });
+    inner.update(a);
+    return true;
+  }
+};
+
+// accumulate<K>(optimizer): the optimizer, updating once every K micro-batches.
+template <int K, class Optimizer>
+constexpr accumulated<K, Optimizer> accumulate(Optimizer optimizer) {
+  return accumulated<K, Optimizer>{std::move(optimizer)};
+}
+
+}  // namespace typeflow::optimizers
