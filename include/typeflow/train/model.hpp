@@ -35,6 +35,7 @@
 #include "typeflow/core/strided_view.hpp"
 #include "typeflow/data/any_dataset.hpp"
 #include "typeflow/data/example.hpp"
+#include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/model/memory_plan.hpp"
@@ -67,7 +68,6 @@ class model {
   static_assert(is_sequential_v<Net>, "model<Net>: Net must be a sequential<input<...>, layers...>");
   static_assert(std::is_same_v<Policy, float32>,
                 "model<Net, Policy>: only the float32 policy exists so far");
-  static_assert(Strategy::replicas == 1, "model<Net, Policy, Strategy>: only single_device exists so far");
   static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
   static_assert(std::is_same_v<typename Net::input_dtype, float32>,
                 "model<Net>: the network's input must be float32 until an embedding layer can take int32 ids");
@@ -78,6 +78,7 @@ class model {
   static constexpr int classes = output_shape_type::rank >= 1 ? output_shape_type::template dim<-1> : 1;
   static constexpr std::size_t rows_per_sample = output_shape_type::size / classes;
   static constexpr std::size_t parameter_count = Net::parameter_count;
+  static constexpr int replica_count = Strategy::replicas;
 
   // Initialises every parameter from the seed: the same seed gives the same
   // weights, bit for bit, and (with a seeded pipeline) the same training run.
@@ -85,6 +86,15 @@ class model {
     memory_.reserve(memory_plan<Net, 0, 0>::gradients_offset, 0);
     run_.seed = seed;
     initialize_parameters();
+    if constexpr (replica_count > 1) {
+      for (int r = 1; r < replica_count; ++r) {
+        auto replica = std::make_unique<replica_state>();
+        replica->memory.reserve(memory_plan<Net, 0, 0>::slots_offset, 0);
+        replica->run.seed = mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));  // its own dropout masks
+        secondaries_.push_back(std::move(replica));
+      }
+      pool_ = std::make_unique<replica_pool>(replica_count, std::max(1, omp_get_max_threads() / replica_count));
+    }
   }
 
   model(const model&) = delete;
@@ -124,8 +134,6 @@ class model {
     check_batch_type<batch_type>();
     require_compiled("fit");
     check_label_form<batch_type>("fit");
-    auto& program = program_for<batch_type::size>();
-
     history result;
     history_recorder recorder{result};
     std::unique_ptr<progress_bar> bar;
@@ -153,7 +161,7 @@ class model {
       for (auto asked = clock::now(); cursor.next(batch); asked = clock::now()) {
         const auto received = clock::now();
         if (batch.valid < batch_type::size) break;  // the last partial batch
-        train_step(program, batch);
+        step_on(batch);
         ++step;
         waited += received - asked;
         stepped += clock::now() - received;
@@ -169,7 +177,7 @@ class model {
                                     " samples to train on; the dataset is smaller than one batch");
       epoch_logs = step_logs;
       if (options.validation_data) {
-        run_evaluation(program, options.validation_data);
+        run_evaluation(program_for<batch_type::size>(), options.validation_data);
         fill_logs(epoch_logs, "val_");
       }
       for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
@@ -190,8 +198,7 @@ class model {
     if (batch.valid != N)
       throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
                                   std::to_string(N) + " samples; training steps take full batches");
-    auto& program = program_for<N>();
-    return train_step(program, batch);
+    return step_on(batch);
   }
 
   // The loss and metrics over every sample of `data` (the last batch is
@@ -258,6 +265,7 @@ class model {
       const auto view = stored(p, 0);
       for (std::size_t i = 0; i < p.size; ++i) std::memcpy(&view[i], bytes.data() + i * sizeof(float), sizeof(float));
     });
+    replicas_stale_ = true;
   }
 
   // The names, shapes and dtypes of every parameter, in arena order.
@@ -269,7 +277,10 @@ class model {
 
   // A parameter's values by name, e.g. "layers.1.kernel", in the tensor's
   // row-major order (the arena pads rows; the view hides that). Throws if absent.
-  strided_view<float> parameter(std::string_view name) { return stored(find_parameter(name), 0); }
+  strided_view<float> parameter(std::string_view name) {
+    replicas_stale_ = true;  // the caller may write through the view
+    return stored(find_parameter(name), 0);
+  }
   // The gradient of the last training step for a parameter.
   strided_view<const float> gradient(std::string_view name) const {
     const auto view = stored(find_parameter(name), memory_plan<Net, 0, 0>::gradients_offset);
@@ -281,11 +292,27 @@ class model {
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
 
+  // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the model's own).
+  std::span<const float> replica_parameter_region(int r) const {
+    if (r == 0) return parameter_region();
+    return {secondaries_.at(static_cast<std::size_t>(r - 1))->memory.template at<float>(0), Net::parameter_floats};
+  }
+
   std::int64_t iterations() const { return iterations_; }
   std::uint64_t seed() const { return seed_; }
   const arena& memory() const { return memory_; }
 
  private:
+  // mirrored<N>: replicas 1 .. N-1, each with its own arena, and the threads
+  // that run them. Replica 0 is this model's own arena and run state.
+  struct replica_state {
+    arena memory;
+    backend::cpu::context context;
+    run_state run;
+    std::shared_ptr<void> program;
+    int program_batch = 0;
+  };
+
   template <class Batch>
   static constexpr void check_batch_type() {
     using features = typename Batch::features_type;
@@ -347,19 +374,142 @@ class model {
     return *std::static_pointer_cast<step_program<Net, N>>(program_);
   }
 
-  // One optimisation step on a full batch.
+  // A secondary replica's program: its arena holds weights, gradients (no
+  // optimizer slots) and its own activations.
+  template <int N>
+  step_program<Net, N>& secondary_program_for(replica_state& replica) {
+    if (replica.program_batch != N || !replica.program) {
+      replica.program.reset();
+      using plan = memory_plan<Net, N, 0>;
+      replica.memory.reserve(plan::total_bytes, plan::activations_offset);
+      replica.program = std::make_shared<step_program<Net, N>>(replica.memory, plan::activations_offset,
+                                                               replica.context, replica.run);
+      replica.program_batch = N;
+    }
+    return *std::static_pointer_cast<step_program<Net, N>>(replica.program);
+  }
+
+  // One optimisation step on a full batch, on one replica or on all.
+  template <class Batch>
+  double step_on(const Batch& batch) {
+    if constexpr (replica_count == 1)
+      return train_step(program_for<Batch::size>(), batch);
+    else
+      return mirrored_train_step(batch);
+  }
+
   template <class Program, class Batch>
   double train_step(Program& program, const Batch& batch) {
     std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
     run_.training = true;
     ++run_.step;
     program.forward();
-    double loss = compute_loss(program, batch, batch.valid);
+    double loss = compute_loss(program, batch.labels.data(), batch.valid);
     program.backward();
+    loss += regularize_and_update(batch.valid);
+    loss_mean_.update(loss, batch.valid);
+    update_metrics(program, batch.labels.data(), batch.valid);
+    return loss;
+  }
+
+  // mirrored<N>: each replica takes B / N consecutive samples of the batch.
+  template <class Batch>
+  double mirrored_train_step(const Batch& batch) {
+    constexpr int shard = Batch::size / replica_count;
+    static_assert(strategy_check<Strategy, global_batch<Batch::size>, Batch::size % replica_count == 0>::passed,
+                  "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
+    using program_type = step_program<Net, shard>;
+    using label_value = typename Batch::label_value;
+    constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
+    constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
+    synchronize_replicas();
+    program_type* programs[replica_count];
+    programs[0] = &program_for<shard>();
+    for (int r = 1; r < replica_count; ++r) programs[r] = &secondary_program_for<shard>(*secondaries_[r - 1]);
+    for (int r = 0; r < replica_count; ++r)
+      std::memcpy(programs[r]->input(), batch.features.data() + r * features_per_shard, features_per_shard * sizeof(float));
+
+    struct job_context {
+      model* self;
+      program_type** programs;
+      const label_value* labels;
+      double losses[replica_count];
+    } context{this, programs, batch.labels.data(), {}};
+    pool_->run(
+        [](void* c, int r) {
+          auto& job = *static_cast<job_context*>(c);
+          run_state& run = r == 0 ? job.self->run_ : job.self->secondaries_[r - 1]->run;
+          run.training = true;
+          ++run.step;
+          job.programs[r]->forward();
+          job.losses[r] = job.self->compute_loss(*job.programs[r], job.labels + r * labels_per_shard, shard);
+          job.programs[r]->backward();
+        },
+        &context);
+
+    all_reduce_gradients();
+    double loss = 0;
+    for (double l : context.losses) loss += l / replica_count;
+    loss += regularize_and_update(Batch::size);
+    loss_mean_.update(loss, Batch::size);
+    for (int r = 0; r < replica_count; ++r) update_metrics(*programs[r], batch.labels.data() + r * labels_per_shard, shard);
+    return loss;
+  }
+
+  // The mean of the replicas' gradients into replica 0's, summed in replica
+  // order so that the result does not depend on which thread finished first.
+  void all_reduce_gradients() {
+    float* sum = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
+    const float* others[replica_count > 1 ? replica_count - 1 : 1] = {};
+    for (int r = 1; r < replica_count; ++r)
+      others[r - 1] = secondaries_[r - 1]->memory.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
+    constexpr float mean = 1.f / replica_count;
+    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(Net::parameter_floats), [&](std::ptrdiff_t i) {
+      float total = sum[i];
+      for (int r = 0; r < replica_count - 1; ++r) total += others[r][i];
+      sum[i] = total * mean;
+    });
+  }
+
+  // Copies replica 0's weights to the others: every tensor after a change
+  // from outside (initialisation, load_weights, parameter()), the trainable
+  // ones after an update (each replica keeps its own statistics), and the
+  // replicas' mean statistics when they are synchronised.
+  void synchronize_replicas() {
+    if (!replicas_stale_) return;
+    for (auto& replica : secondaries_)
+      std::memcpy(replica->memory.data(), memory_.data(), memory_plan<Net, 0, 0>::parameter_bytes);
+    replicas_stale_ = false;
+  }
+  void broadcast_after_update() {
+    for (const auto& t : parameter_tensors_) {
+      if (t.kind == param_kind::statistic) continue;
+      for (auto& replica : secondaries_)
+        std::memcpy(replica->memory.template at<float>(0) + t.offset, memory_.template at<float>(0) + t.offset,
+                    t.size * sizeof(float));
+    }
+    if constexpr (replica_count > 1 && Strategy::sync_statistics) {
+      for (const auto& t : parameter_tensors_) {
+        if (t.kind != param_kind::statistic) continue;
+        float* primary = memory_.template at<float>(0) + t.offset;
+        for (std::size_t i = 0; i < t.size; ++i) {
+          float total = primary[i];
+          for (auto& replica : secondaries_) total += replica->memory.template at<float>(0)[t.offset + i];
+          primary[i] = total / replica_count;
+        }
+        for (auto& replica : secondaries_)
+          std::memcpy(replica->memory.template at<float>(0) + t.offset, primary, t.size * sizeof(float));
+      }
+    }
+  }
+
+  // Regularizers, then the optimizer, on replica 0's (all-reduced) gradients;
+  // returns the regularization penalty.
+  double regularize_and_update(int samples) {
+    double penalty = 0;
     if constexpr (has_regularizers) {
-      const double penalty = apply_regularizers(true);
-      regularization_mean_.update(penalty, batch.valid);
-      loss += penalty;
+      penalty = apply_regularizers(true);
+      regularization_mean_.update(penalty, samples);
     }
     optimizers::update_arguments arguments;
     arguments.weights = memory_.template at<float>(0);
@@ -371,31 +521,33 @@ class model {
     arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
     arguments.tensors = parameter_tensors_;
     arguments.iteration = iterations_ + 1;
-    if (optimizer_->update(arguments)) ++iterations_;
-    loss_mean_.update(loss, batch.valid);
-    update_metrics(program, batch, batch.valid);
-    return loss;
+    if (optimizer_->update(arguments)) {
+      ++iterations_;
+      if constexpr (replica_count > 1) broadcast_after_update();
+    }
+    return penalty;
   }
 
-  // The batch's mean loss over its valid samples; writes d(loss)/d(output).
-  template <class Program, class Batch>
-  double compute_loss(Program& program, const Batch& batch, int valid) {
-    const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample);
+  // The mean loss over the program's first `valid` samples; writes
+  // d(loss)/d(output). labels: the program's batch of labels.
+  template <class Program, class Label>
+  double compute_loss(Program& program, const Label* labels, int valid) {
+    const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Program::batch_size * rows_per_sample);
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
     float* row_loss = program.row_losses();
-    if constexpr (std::is_same_v<typename Batch::label_type::value_type, std::int32_t>)
-      loss_->sparse(program.output(), batch.labels.data(), rows, classes, valid_rows, program.output_gradient(), row_loss);
+    if constexpr (std::is_same_v<Label, std::int32_t>)
+      loss_->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     else
-      loss_->dense(program.output(), batch.labels.data(), rows, classes, valid_rows, program.output_gradient(), row_loss);
+      loss_->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     double sum = 0;
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
     return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
   }
 
-  template <class Program, class Batch>
-  void update_metrics(Program& program, const Batch& batch, int valid) {
+  template <class Program, class Label>
+  void update_metrics(Program& program, const Label* labels, int valid) {
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
-    for (auto& m : metrics_) m->update(program.output(), batch.labels.data(), valid_rows, classes);
+    for (auto& m : metrics_) m->update(program.output(), labels, valid_rows, classes);
   }
 
   template <class Program, class Data>
@@ -409,9 +561,9 @@ class model {
     while (cursor.next(batch)) {
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
       program.forward();
-      loss_mean_.update(compute_loss(program, batch, batch.valid) + penalty, batch.valid);
+      loss_mean_.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
       regularization_mean_.update(penalty, batch.valid);
-      update_metrics(program, batch, batch.valid);
+      update_metrics(program, batch.labels.data(), batch.valid);
     }
   }
 
@@ -578,6 +730,11 @@ class model {
   metrics::mean regularization_mean_;  // the part of the loss the regularizers add
   std::shared_ptr<void> program_;
   int program_batch_ = 0;
+
+  // mirrored<N>: replicas 1 .. N-1 and the threads that run them.
+  std::vector<std::unique_ptr<replica_state>> secondaries_;
+  std::unique_ptr<replica_pool> pool_;
+  bool replicas_stale_ = true;  // replica 0's weights changed outside a training step
   mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid
 };
 

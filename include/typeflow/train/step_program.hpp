@@ -24,6 +24,7 @@ template <class Net, int Batch>
 class step_program {
  public:
   using plan = memory_plan<Net, Batch, 0>;  // step-region offsets; shifted by the slots at run time
+  static constexpr int batch_size = Batch;
   static constexpr std::size_t layer_count = Net::layer_count;
   static constexpr std::size_t last = layer_count - 1;
   using output_shape = typename Net::output_shape_type;
