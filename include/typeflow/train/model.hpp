@@ -86,6 +86,8 @@ class model {
     memory_.reserve(memory_plan<Net, 0, 0>::gradients_offset, 0);
     run_.seed = seed;
     initialize_parameters();
+    if constexpr (requires { strategy_.broadcast(static_cast<float*>(nullptr), std::size_t{0}); })
+      strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
     if constexpr (replica_count > 1) {
       for (int r = 1; r < replica_count; ++r) {
         auto replica = std::make_unique<replica_state>();
@@ -137,6 +139,7 @@ class model {
     history result;
     history_recorder recorder{result};
     std::unique_ptr<progress_bar> bar;
+    if (!is_chief()) options.verbose = 0;  // one progress bar per job, the chief's
     if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
     if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
     std::vector<callback*> callbacks;
@@ -244,6 +247,7 @@ class model {
   // shapes, e.g. layers.1.kernel (784, 512). Written to a temporary file and
   // renamed, so a crash never leaves a partial file under `path`.
   void save_weights(const std::filesystem::path& path) const {
+    if (!is_chief()) return;  // every worker holds the same weights; the chief writes them
     std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
     for_each_parameter([&](const parameter_info& p) {
@@ -299,6 +303,15 @@ class model {
   }
 
   std::int64_t iterations() const { return iterations_; }
+  // Whether this process prints and writes files: always, except on the
+  // non-zero ranks of a multi_worker job.
+  bool is_chief() const {
+    if constexpr (requires { strategy_.is_chief(); })
+      return strategy_.is_chief();
+    else
+      return true;
+  }
+  const Strategy& strategy() const { return strategy_; }
   std::uint64_t seed() const { return seed_; }
   const arena& memory() const { return memory_; }
 
@@ -506,6 +519,10 @@ class model {
   // Regularizers, then the optimizer, on replica 0's (all-reduced) gradients;
   // returns the regularization penalty.
   double regularize_and_update(int samples) {
+    // Across processes (multi_worker): the mean over every worker's gradient.
+    if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
+      strategy_.all_reduce_mean(memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset),
+                                Net::parameter_floats);
     double penalty = 0;
     if constexpr (has_regularizers) {
       penalty = apply_regularizers(true);
@@ -716,6 +733,7 @@ class model {
     return tensors;
   }();
 
+  [[no_unique_address]] Strategy strategy_{};  // declared first: multi_worker starts MPI before anything else
   std::uint64_t seed_;
   arena memory_;
   backend::cpu::context context_;
