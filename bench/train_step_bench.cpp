@@ -6,6 +6,8 @@
 //                         train_on_batch (forward, loss, backward, update) per
 //                         iteration. items_per_second is samples/s.
 // BM_mlp_784_512_512_10   the MNIST example's model, batch 128, the same way.
+// BM_mlp_train_step_mirrored2    the 256-sample step on mirrored<2> (128 per replica thread).
+// BM_mlp_train_step_accumulate4  the 256 samples as 4 micro-batches of 64 under accumulate<4>.
 // BM_gemm/...             oneDNN's matmul alone, through backend::cpu::matmul,
 //                         for the shapes of the big MLP's step; GFLOP/s = 2mnk/s.
 //
@@ -40,29 +42,35 @@ static_assert(mnist_mlp::flops_per_sample == 2 * (784 * 512 + 512 * 512 + 512 * 
 
 constexpr int warmup_steps = 5;
 
-template <class Net, int Batch>
+// One step on Batch samples: a plain step, a mirrored<N> step over N shards,
+// or K micro-batches of Batch / K under accumulate<K> (one update).
+template <class Net, int Batch, class Strategy = tf::single_device, int Accumulate = 1>
 void train_step(benchmark::State& state) {
   using features = tf::data::tensor_value<float, typename Net::input_shape_type>;
   using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
-  tf::data::batch_of<Batch, features, label> batch;
+  constexpr int micro_batch = Batch / Accumulate;
+  tf::data::batch_of<micro_batch, features, label> batch;
 
   std::mt19937 rng{7};
   std::uniform_real_distribution<float> pixel{0.f, 1.f};
   std::uniform_int_distribution<std::int32_t> cls{0, 9};
   for (auto& x : batch.features) x = pixel(rng);
   for (auto& y : batch.labels) y = cls(rng);
-  batch.valid = Batch;
+  batch.valid = micro_batch;
 
-  tf::model<Net> model{/*seed=*/1};
-  model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
-                tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  tf::model<Net, tf::float32, Strategy> model{/*seed=*/1};
+  const tf::losses::sparse_categorical_crossentropy loss_function{.from_logits = true};
+  if constexpr (Accumulate > 1)
+    model.compile(tf::optimizers::accumulate<Accumulate>(tf::optimizers::adam{.learning_rate = 1e-3f}), loss_function);
+  else
+    model.compile(tf::optimizers::adam{.learning_rate = 1e-3f}, loss_function);
 
   double loss = 0;
-  for (int i = 0; i < warmup_steps; ++i) loss = model.train_on_batch(batch);
+  for (int i = 0; i < warmup_steps * Accumulate; ++i) loss = model.train_on_batch(batch);
   const double first_loss = loss;
 
   for (auto _ : state) {
-    loss = model.train_on_batch(batch);
+    for (int k = 0; k < Accumulate; ++k) loss = model.train_on_batch(batch);
     benchmark::DoNotOptimize(loss);
   }
 
@@ -80,9 +88,14 @@ void train_step(benchmark::State& state) {
 
 void BM_mlp_train_step(benchmark::State& state) { train_step<big_mlp, 256>(state); }
 void BM_mlp_784_512_512_10(benchmark::State& state) { train_step<mnist_mlp, 128>(state); }
+// The same 784-1024-1024-10 step of 256 samples, under the scale-out strategies.
+void BM_mlp_train_step_mirrored2(benchmark::State& state) { train_step<big_mlp, 256, tf::mirrored<2>>(state); }
+void BM_mlp_train_step_accumulate4(benchmark::State& state) { train_step<big_mlp, 256, tf::single_device, 4>(state); }
 
 BENCHMARK(BM_mlp_train_step)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_784_512_512_10)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_train_step_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_train_step_accumulate4)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // oneDNN's matmul alone. Args: m, n, k, transpose_a, transpose_b, relu epilogue
 // (with bias). C (m, n) = op(A) (m, k) · op(B) (k, n).
