@@ -113,3 +113,14 @@ TEST_CASE("kernel regularizers add their penalty to the loss, report it apart, a
   CHECK(b.evaluate(data).at("regularization_loss") == doctest::Approx(penalty).epsilon(1e-6));
   CHECK(!a.fit(data, {.epochs = 1, .verbose = 0}).contains("regularization_loss"));
 }
+
+TEST_CASE("normalization layers take gamma and beta initializer overrides") {
+  using net = tf::sequential<tf::input<6>,
+                             tf::batch_normalization<tf::batch_norm_options{}, tf::gamma_initializer<init::constant<0.5f>>>,
+                             tf::layer_normalization<tf::layer_norm_options{}, tf::beta_initializer<init::ones>>>;
+  tf::model<net> model{1};
+  for (float g : model.parameter("layers.1.gamma")) CHECK(g == 0.5f);
+  for (float b : model.parameter("layers.1.beta")) CHECK(b == 0.f);  // the default stays
+  for (float g : model.parameter("layers.2.gamma")) CHECK(g == 1.f);
+  for (float b : model.parameter("layers.2.beta")) CHECK(b == 1.f);
+}

@@ -41,6 +41,7 @@
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/initializers/initializers.hpp"
+#include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
@@ -53,7 +54,7 @@ struct batch_norm_options {
   bool scale = true;       // learn gamma, a scale per feature
 };
 
-template <batch_norm_options Options = batch_norm_options{}>
+template <batch_norm_options Options = batch_norm_options{}, class... Initializers>
 struct batch_normalization {
   // "batch_norm", or with the options that differ from the defaults:
   // "batch_norm<momentum=0.9, eps=1e-05>".
@@ -74,6 +75,10 @@ struct batch_normalization {
 
   template <class In, class Context>
   struct bind : layer_defaults {
+    static_assert(layer_check<layer_at<Context::position, batch_normalization>, given<In>,
+                              (detail::is_normalization_option<Initializers> && ...)>::passed,
+                  "batch_normalization<Options, Initializers...>: each initializer must be gamma_initializer<> or "
+                  "beta_initializer<>");
     static_assert(layer_check<layer_at<Context::position, batch_normalization>, given<In>, (In::rank >= 1)>::passed,
                   "batch_norm: the input needs at least one axis; batch_norm normalises each feature of the "
                   "last one");
@@ -94,8 +99,8 @@ struct batch_normalization {
     static constexpr bool has_gamma = Options.scale;
     static constexpr bool has_beta = Options.center;
 
-    using gamma_param = param<"gamma", shape<features>, initializers::ones, param_kind::scale>;
-    using beta_param = param<"beta", shape<features>, initializers::zeros, param_kind::offset>;
+    using gamma_param = param<"gamma", shape<features>, option_t<gamma_initializer, initializers::ones, Initializers...>, param_kind::scale>;
+    using beta_param = param<"beta", shape<features>, option_t<beta_initializer, initializers::zeros, Initializers...>, param_kind::offset>;
     using mean_param = param<"moving_mean", shape<features>, initializers::zeros, param_kind::statistic>;
     using variance_param = param<"moving_variance", shape<features>, initializers::ones, param_kind::statistic>;
 

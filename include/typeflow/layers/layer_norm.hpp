@@ -26,6 +26,7 @@
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/initializers/initializers.hpp"
+#include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
@@ -37,7 +38,7 @@ struct layer_norm_options {
   bool scale = true;      // learn gamma, a scale per feature
 };
 
-template <layer_norm_options Options = layer_norm_options{}>
+template <layer_norm_options Options = layer_norm_options{}, class... Initializers>
 struct layer_normalization {
   // "layer_norm", or with the options that differ from the defaults:
   // "layer_norm<eps=1e-05, center=false>".
@@ -57,6 +58,10 @@ struct layer_normalization {
 
   template <class In, class Context>
   struct bind : layer_defaults {
+    static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>,
+                              (detail::is_normalization_option<Initializers> && ...)>::passed,
+                  "layer_normalization<Options, Initializers...>: each initializer must be gamma_initializer<> or "
+                  "beta_initializer<>");
     static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>, (In::rank >= 1)>::passed,
                   "layer_norm: the input needs at least one axis; layer_norm normalises the last one");
     static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>,
@@ -72,8 +77,8 @@ struct layer_normalization {
     static constexpr bool has_gamma = Options.scale;
     static constexpr bool has_beta = Options.center;
 
-    using gamma_param = param<"gamma", shape<features>, initializers::ones, param_kind::scale>;
-    using beta_param = param<"beta", shape<features>, initializers::zeros, param_kind::offset>;
+    using gamma_param = param<"gamma", shape<features>, option_t<gamma_initializer, initializers::ones, Initializers...>, param_kind::scale>;
+    using beta_param = param<"beta", shape<features>, option_t<beta_initializer, initializers::zeros, Initializers...>, param_kind::offset>;
 
     using input_shape = In;
     using output_shape = In;

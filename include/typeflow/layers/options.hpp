@@ -17,6 +17,14 @@ template <class Initializer>
 struct bias_initializer {
   using type = Initializer;
 };
+template <class Initializer>
+struct gamma_initializer {
+  using type = Initializer;
+};
+template <class Initializer>
+struct beta_initializer {
+  using type = Initializer;
+};
 template <class Regularizer>
 struct kernel_regularizer {
   using type = Regularizer;
@@ -41,6 +49,11 @@ struct find_option<Kind, Default, First, Rest...> {
   using type = std::conditional_t<is_option_of<Kind, First>, typename First::type,
                                   typename find_option<Kind, Default, Rest...>::type>;
 };
+
+// The options a normalization layer takes (gamma, the scale; beta, the offset).
+template <class Option>
+inline constexpr bool is_normalization_option =
+    is_option_of<gamma_initializer, Option> || is_option_of<beta_initializer, Option>;
 
 template <class Option>
 inline constexpr bool is_known_option =
