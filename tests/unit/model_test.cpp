@@ -316,3 +316,21 @@ TEST_CASE("he_normal has Keras's standard deviation and truncation") {
   CHECK(stddev == doctest::Approx(std::sqrt(2.0 / 400)).epsilon(0.02));
   CHECK(largest <= 2 * std::sqrt(2.0 / 400) / 0.87962566103423978 + 1e-6);
 }
+
+TEST_CASE("the plan holds one loss value per output row, so sequence outputs fit the arena") {
+  // (3, 4) logits per sample: 3 rows, each with its own class id.
+  using seq = tf::sequential<tf::input<3, 6>, tf::dense<4>>;
+  static_assert(tf::memory_plan<seq, 64>::loss_rows_per_sample == 3);
+  static_assert(tf::memory_plan<seq, 64>::total_bytes - tf::memory_plan<seq, 64>::loss_rows_offset >=
+                64 * 3 * sizeof(float));
+  tf::data::batch_of<64, tf::data::tensor_value<float, tf::shape<3, 6>>, tf::data::tensor_value<std::int32_t, tf::shape<3>>>
+      batch;
+  for (std::size_t i = 0; i < batch.features.size(); ++i) batch.features[i] = static_cast<float>(i % 5) * 0.1f;
+  for (std::size_t i = 0; i < batch.labels.size(); ++i) batch.labels[i] = static_cast<std::int32_t>(i % 4);
+  batch.valid = 64;
+  tf::model<seq> model{1};
+  model.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const double loss = model.train_on_batch(batch);
+  CHECK(loss > 0);
+  CHECK(loss < 10);
+}

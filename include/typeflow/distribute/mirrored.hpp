@@ -9,7 +9,8 @@
 //
 // batch_norm's moving statistics are kept per replica (evaluate, predict and
 // save use replica 0's). mirrored<N, sync_batch_norm_statistics> averages
-// them across the replicas after every step instead. (This synchronises the
+// them across the replicas after every optimizer update instead (every K
+// steps under accumulate<K>). (This synchronises the
 // moving statistics, not the batch statistics inside a step.)
 //
 // On GPUs, one GPU per replica with NCCL is the CUDA backend's work.

@@ -1,5 +1,6 @@
-// Strategies: how many replicas train one model. single_device is one.
-// (mirrored<N> and multi_worker arrive with the scale-out work.)
+// Strategies: how many replicas train one model. single_device is one;
+// mirrored<N> (distribute/mirrored.hpp) runs N in threads, multi_worker
+// (distribute/multi_worker.hpp) one per MPI process.
 #pragma once
 
 namespace typeflow {

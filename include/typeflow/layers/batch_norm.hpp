@@ -79,6 +79,10 @@ struct batch_normalization {
                               (detail::is_normalization_option<Initializers> && ...)>::passed,
                   "batch_normalization<Options, Initializers...>: each initializer must be gamma_initializer<> or "
                   "beta_initializer<>");
+    static_assert(layer_check<layer_at<Context::position, batch_normalization>, given<In>,
+                              option_count<gamma_initializer, Initializers...> <= 1 &&
+                                  option_count<beta_initializer, Initializers...> <= 1>::passed,
+                  "batch_normalization<Options, Initializers...>: each kind of initializer may be given once");
     static_assert(layer_check<layer_at<Context::position, batch_normalization>, given<In>, (In::rank >= 1)>::passed,
                   "batch_norm: the input needs at least one axis; batch_norm normalises each feature of the "
                   "last one");

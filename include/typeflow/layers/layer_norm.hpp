@@ -62,6 +62,10 @@ struct layer_normalization {
                               (detail::is_normalization_option<Initializers> && ...)>::passed,
                   "layer_normalization<Options, Initializers...>: each initializer must be gamma_initializer<> or "
                   "beta_initializer<>");
+    static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>,
+                              option_count<gamma_initializer, Initializers...> <= 1 &&
+                                  option_count<beta_initializer, Initializers...> <= 1>::passed,
+                  "layer_normalization<Options, Initializers...>: each kind of initializer may be given once");
     static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>, (In::rank >= 1)>::passed,
                   "layer_norm: the input needs at least one axis; layer_norm normalises the last one");
     static_assert(layer_check<layer_at<Context::position, layer_normalization>, given<In>,

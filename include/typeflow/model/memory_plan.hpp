@@ -9,7 +9,7 @@
 //   gradient buffers two (Batch, max shape) buffers the backward pass
 //                   alternates between (in-place layers stay on one)
 //   workspaces      per-layer bytes kept from forward to backward (dropout masks)
-//   loss rows       (Batch) floats: each sample's loss
+//   loss rows       (Batch x rows per sample) floats: each output row's loss
 // Every offset is a compile-time constant; the parameters' offsets do not
 // depend on Batch or Slots, so weights stay put when a model is compiled or
 // fitted with another batch size.
@@ -114,7 +114,16 @@ struct memory_plan {
     return end;
   }();
 
-  static constexpr std::size_t total_bytes = loss_rows_offset + align_up(Batch * sizeof(float));
+  // The loss writes one value per output row: a sample's output has
+  // output_size / last-axis rows (one per position of a sequence, say).
+  static constexpr std::size_t loss_rows_per_sample = [] {
+    using output = typename Net::output_shape_type;
+    if constexpr (output::rank == 0)
+      return std::size_t{1};
+    else
+      return output::size / static_cast<std::size_t>(output::template dim<-1>);
+  }();
+  static constexpr std::size_t total_bytes = loss_rows_offset + align_up(Batch * loss_rows_per_sample * sizeof(float));
   // Everything that scales with the batch: activations, their gradients,
   // workspaces and loss rows.
   static constexpr std::size_t per_step_bytes = total_bytes - activations_offset;
