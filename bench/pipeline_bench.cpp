@@ -26,6 +26,12 @@
 //                                 The goal: with prefetch, when the pipeline
 //                                 alone is faster than the step, the step waits
 //                                 for data less than 5% of the time.
+//
+// On a machine with few cores the pipeline's threads share the cores with
+// the step's OpenMP team; they run under SCHED_BATCH so that waking them does
+// not preempt the step (data/background_thread.hpp). Compare a run with
+// OMP_WAIT_POLICY=passive, where libgomp's idle threads sleep instead of
+// spinning, to see how much the spinning costs.
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>

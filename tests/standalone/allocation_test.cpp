@@ -92,7 +92,7 @@ TEST_CASE("fit's training steps allocate no heap memory") {
                 for (auto& v : example.features.values) v = v * 2.f - 1.f;
                 return example;
               }) |
-              tf::data::shuffle(256, 1) | tf::data::batch<32>;
+              tf::data::shuffle(256, 1) | tf::data::batch<32> | tf::data::prefetch(2);
 
   tf::model<net> model{1};
   model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{},

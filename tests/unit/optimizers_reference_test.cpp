@@ -393,7 +393,7 @@ TEST_CASE("compile refuses two kinds of clipping, naming them") {
                        doctest::Contains("global_clipnorm must be positive"), std::invalid_argument);
 }
 
-TEST_CASE("a negative learning rate and a momentum outside [0, 1) are refused by name") {
+TEST_CASE("a negative learning rate and a momentum of 1 or more are refused by name") {
   // The learning rate is checked where it is built, before compile sees it.
   CHECK_THROWS_WITH_AS(opt::sgd{.learning_rate = -0.1}, doctest::Contains("learning rate must not be negative"),
                        std::invalid_argument);

@@ -1,15 +1,19 @@
 // batch<N>: packs N consecutive examples into one batch_of, like Dataset.batch.
 //
-//   source | batch<N>    element_type = batch_of<N, Features, Label>
-//                        features (N, Features::shape), labels (N, Label::shape)
-//                        cardinality  ceil(n / N), the last partial batch included; -1 if n is unknown
+//   source | batch<N>                     element_type = batch_of<N, Features, Label>
+//                                         features (N, Features::shape), labels (N, Label::shape)
+//                                         cardinality  ceil(n / N), the last partial batch included
+//   source | batch<N, remainder::drop>    the same type; a last partial batch is dropped
+//                                         (drop_remainder=True), cardinality floor(n / N)
 //
 // The batch size is part of the type, so the model can check it at compile
 // time. The cursor fills the caller's batch in place: a consumer creates one
-// batch_of (its only allocation) and refills it every step. A last, partial
-// batch has valid < N and rows valid..N-1 zero-filled; next() returns false
-// only when not a single sample was left. batch<0> and negative N are a
-// compile error with batch_of's sentence: "the batch size N must be positive".
+// batch_of (its only allocation) and refills it every step. With the default
+// remainder::pad, a last, partial batch has valid < N and rows valid..N-1
+// zero-filled: its mask is rows [0, valid) (batch_of::is_padding), which
+// evaluate and predict honour. next() returns false only when not a single
+// sample was left. batch<0> and negative N are a compile error with
+// batch_of's sentence: "the batch size N must be positive".
 #pragma once
 
 #include <algorithm>
@@ -22,7 +26,10 @@
 
 namespace typeflow::data {
 
-template <int N, dataset Source>
+// What batch<N> does with the samples left over after the last full batch.
+enum class remainder { pad, drop };
+
+template <int N, dataset Source, remainder Remainder = remainder::pad>
 class batch_dataset {
  public:
   using source_element = typename Source::element_type;
@@ -34,13 +41,14 @@ class batch_dataset {
 
   std::int64_t cardinality() const {
     const std::int64_t samples = source_.cardinality();
-    return samples < 0 ? -1 : (samples + N - 1) / N;
+    if (samples < 0) return samples;  // unknown or infinite either way
+    return Remainder == remainder::drop ? samples / N : (samples + N - 1) / N;
   }
   // Batches of exactly N samples: the steps of a training epoch, which drops
   // the last partial batch. -1 if the size is unknown.
   std::int64_t full_batches() const {
     const std::int64_t samples = source_.cardinality();
-    return samples < 0 ? -1 : samples / N;
+    return samples < 0 ? samples : samples / N;
   }
 
   class cursor {
@@ -65,6 +73,10 @@ class batch_dataset {
       }
       out.valid = static_cast<int>(filled);
       if (filled == 0) return false;
+      if (Remainder == remainder::drop && filled < rows) {
+        out.valid = 0;
+        return false;
+      }
       // Padding rows (filled..N-1) of a last partial batch.
       std::fill(out.features.begin() + static_cast<std::ptrdiff_t>(filled * feature_values), out.features.end(),
                 typename element_type::feature_value{});
@@ -88,7 +100,7 @@ class batch_dataset {
   Source source_;
 };
 
-template <int N>
+template <int N, remainder Remainder>
 struct batch_adaptor {
   // The same sentence as batch_of's, said where batch<N> is written.
   static_assert(N > 0, "batch<N>: the batch size N must be positive");
@@ -104,13 +116,13 @@ struct batch_adaptor {
                     "batch a dataset of examples, e.g. map to one first");
       return source;
     } else {
-      return batch_dataset<N, Source>(std::move(source));
+      return batch_dataset<N, Source, Remainder>(std::move(source));
     }
   }
 };
 
-// source | batch<128>
-template <int N>
-inline constexpr batch_adaptor<N> batch{};
+// source | batch<128>, source | batch<128, remainder::drop>
+template <int N, remainder Remainder = remainder::pad>
+inline constexpr batch_adaptor<N, Remainder> batch{};
 
 }  // namespace typeflow::data

@@ -42,6 +42,7 @@ class tensor_slices_dataset {
       : storage_(std::make_shared<const storage>(checked(std::move(features), std::move(labels)))) {}
 
   std::int64_t cardinality() const noexcept { return static_cast<std::int64_t>(storage_->count); }
+  bool random_access() const noexcept { return true; }
 
   class cursor {
    public:
@@ -51,6 +52,13 @@ class tensor_slices_dataset {
       std::copy_n(storage_->labels.data() + index_ * LabelShape::size, LabelShape::size, out.label.data());
       ++index_;
       return true;
+    }
+
+    // Sample `index` (0 <= index < cardinality()), without moving the pass's position.
+    void read_at(std::int64_t index, element_type& out) const noexcept {
+      const auto i = static_cast<std::size_t>(index);
+      std::copy_n(storage_->features.data() + i * FeatureShape::size, FeatureShape::size, out.features.data());
+      std::copy_n(storage_->labels.data() + i * LabelShape::size, LabelShape::size, out.label.data());
     }
 
    private:

@@ -10,10 +10,14 @@
 // So MNIST images (uint8, rank 3) start with the magic number 0x00000803 and
 // labels (uint8, rank 1) with 0x00000801.
 //
-// read_idx checks everything the header promises and throws std::runtime_error
-// with a message naming the file: missing (with a hint when only a .gz copy is
-// there), wrong magic number (expected and found), a header cut short, a file
-// shorter or longer than its dims say.
+// read_idx(path) reads path itself or, when only path + ".gz" is there (or path
+// ends in .gz), decompresses that with zlib. It checks everything the header
+// promises and throws std::runtime_error with a message naming the file:
+// missing, wrong magic number (expected and found), a header cut short, a file
+// shorter or longer than its dims say (with the byte offset where the data
+// ends), and for a .gz file, a corrupt or truncated gzip stream (with the
+// compressed byte offset; see read_file.hpp). Offsets in the IDX checks of a
+// .gz file count decompressed bytes, and the message says so.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +27,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "typeflow/data/read_file.hpp"
 
 namespace typeflow::data {
 
@@ -42,6 +49,11 @@ struct idx_array {
   std::uint8_t element_type = idx_type::uint8;
   std::vector<std::size_t> dims;   // (d0, d1, ...)
   std::vector<std::uint8_t> bytes;  // (d0 * d1 * ... * element size)
+  std::filesystem::path file;       // the file read: the path asked for, or it + ".gz"
+  bool compressed = false;          // file was gzip; offsets then count decompressed bytes
+
+  // How to name the file in a message about a byte offset in `bytes`.
+  std::string described() const { return file.string() + (compressed ? " (decompressed)" : ""); }
 
   std::size_t count() const noexcept {
     std::size_t n = 1;
@@ -97,88 +109,122 @@ inline std::string dims_str(const std::vector<std::size_t>& dims) {
   return dims.empty() ? "scalar" : out;
 }
 
-[[noreturn]] inline void idx_error(const std::filesystem::path& path, const std::string& what) {
-  throw std::runtime_error("IDX file " + path.string() + " " + what);
+[[noreturn]] inline void idx_error(const std::string& file, const std::string& what) {
+  throw std::runtime_error("IDX file " + file + " " + what);
+}
+
+// What the header says, once checked against the file's size.
+struct idx_header {
+  std::vector<std::size_t> dims;
+  std::size_t header_bytes = 0;
+  std::size_t payload_bytes = 0;
+};
+
+// Checks the header at `bytes` (available of the file's total_bytes; the
+// whole header when the file holds one) against element_type, rank and the size.
+inline idx_header check_idx_header(const unsigned char* bytes, std::size_t available, std::uintmax_t total_bytes,
+                                   const std::string& file, std::uint8_t element_type, int rank) {
+  const std::size_t element_bytes = idx_element_bytes(element_type);
+
+  // Magic number: 0x00 0x00 <element type> <rank>.
+  if (total_bytes < 4 || available < 4)
+    idx_error(file, "is too short to be an IDX file: it has " + std::to_string(total_bytes) +
+                        " bytes and the magic number alone needs 4");
+  const std::uint32_t magic = read_big_endian_u32(bytes);
+  const std::uint32_t expected_magic = (std::uint32_t{element_type} << 8) | static_cast<std::uint32_t>(rank);
+  if (magic != expected_magic)
+    idx_error(file, "has a bad magic number: expected " + hex32(expected_magic) + " (" +
+                        idx_element_name(element_type) + ", rank " + std::to_string(rank) + ") but found " +
+                        hex32(magic) +
+                        ((magic >> 16) == 0x1F8B ? "; it looks gzip-compressed: give it the .gz suffix"
+                                                 : "; is this the right file?"));
+
+  // Dims: rank big-endian uint32s.
+  idx_header header;
+  header.header_bytes = 4 + 4 * static_cast<std::size_t>(rank);
+  if (total_bytes < header.header_bytes || available < header.header_bytes)
+    idx_error(file, "is truncated inside its header: a rank-" + std::to_string(rank) + " header needs " +
+                        std::to_string(header.header_bytes) + " bytes but the file has " +
+                        std::to_string(total_bytes));
+  header.payload_bytes = element_bytes;
+  for (int axis = 0; axis < rank; ++axis) {
+    const std::size_t dim = read_big_endian_u32(bytes + 4 + 4 * axis);
+    header.dims.push_back(dim);
+    if (dim != 0 && header.payload_bytes > std::numeric_limits<std::size_t>::max() / dim)
+      idx_error(file, "has dims in its header that do not fit in memory");
+    header.payload_bytes *= dim;
+  }
+
+  std::size_t count = 1;
+  for (std::size_t d : header.dims) count *= d;
+  const std::uintmax_t expected_bytes = header.header_bytes + header.payload_bytes;
+  const std::string described = "its header (" + dims_str(header.dims) + " " + idx_element_name(element_type) +
+                                ") says the file is " + std::to_string(expected_bytes) + " bytes";
+  if (total_bytes < expected_bytes)
+    idx_error(file, "is truncated: " + described + " but it has " + std::to_string(total_bytes) +
+                        " bytes; the data ends at byte " + std::to_string(total_bytes) + ", in element " +
+                        std::to_string((total_bytes - header.header_bytes) / element_bytes) + " of " +
+                        std::to_string(count));
+  if (total_bytes > expected_bytes)
+    idx_error(file, "is too long: " + described + " but it has " + std::to_string(total_bytes) + " bytes (" +
+                        std::to_string(total_bytes - expected_bytes) + " bytes after the data)");
+  return header;
 }
 
 }  // namespace detail
 
-// Reads the IDX file at path, which must hold `rank` dims of `element_type`.
+// Reads the IDX file at path (or path + ".gz"), which must hold `rank` dims of `element_type`.
 inline idx_array read_idx(const std::filesystem::path& path, std::uint8_t element_type, int rank) {
   const std::size_t element_bytes = detail::idx_element_bytes(element_type);
   if (element_bytes == 0 || rank < 0 || rank > 255)
     throw std::invalid_argument("read_idx: element type " + detail::hex32(element_type) +
                                 " and rank " + std::to_string(rank) + " are not a valid IDX pair");
 
+  idx_array out;
+  out.element_type = element_type;
   std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    std::string what = "was not found";
-    std::filesystem::path gz = path;
-    gz += ".gz";
+  std::filesystem::path gz = path;
+  gz += ".gz";
+  if (std::filesystem::is_regular_file(path, error)) {
+    out.file = path;
+    out.compressed = path.extension() == ".gz";
+  } else if (std::filesystem::is_regular_file(gz, error)) {
+    out.file = gz;
+    out.compressed = true;
+  } else {
+    std::string what = "was not found, nor " + gz.filename().string();
     const std::filesystem::path dir = path.parent_path();
     if (!dir.empty() && !std::filesystem::is_directory(dir, error))
       what += " (the directory " + dir.string() + " does not exist)";
-    else if (std::filesystem::exists(gz, error))
-      what += "; only the gzip-compressed " + gz.string() +
-              " is there, and typeflow reads uncompressed IDX files: run `gunzip -k " +
-              gz.string() + "`";
-    detail::idx_error(path, what);
+    detail::idx_error(path.string(), what);
   }
+
+  if (out.compressed) {
+    std::vector<std::uint8_t> bytes = read_gzip_file(out.file);
+    const detail::idx_header header =
+        detail::check_idx_header(bytes.data(), bytes.size(), bytes.size(), out.described(), element_type, rank);
+    out.dims = header.dims;
+    bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(header.header_bytes));
+    out.bytes = std::move(bytes);
+    return out;
+  }
+
+  // Uncompressed: check the header against the file's size before reading the data.
   const std::uintmax_t file_bytes = std::filesystem::file_size(path, error);
   std::ifstream in(path, std::ios::binary);
-  if (error || !in) detail::idx_error(path, "cannot be opened for reading");
-
-  // Magic number: 0x00 0x00 <element type> <rank>.
-  unsigned char magic_bytes[4] = {};
-  if (file_bytes < 4 || !in.read(reinterpret_cast<char*>(magic_bytes), 4))
-    detail::idx_error(path, "is too short to be an IDX file: it has " + std::to_string(file_bytes) +
-                                " bytes and the magic number alone needs 4");
-  const std::uint32_t magic = detail::read_big_endian_u32(magic_bytes);
-  const std::uint32_t expected_magic = (std::uint32_t{element_type} << 8) | static_cast<std::uint32_t>(rank);
-  if (magic != expected_magic)
-    detail::idx_error(path, "has a bad magic number: expected " + detail::hex32(expected_magic) + " (" +
-                                detail::idx_element_name(element_type) + ", rank " +
-                                std::to_string(rank) + ") but found " + detail::hex32(magic) +
-                                "; is this the right file, and is it uncompressed?");
-
-  // Dims: rank big-endian uint32s.
-  const std::size_t header_bytes = 4 + 4 * static_cast<std::size_t>(rank);
-  std::vector<unsigned char> dim_bytes(4 * static_cast<std::size_t>(rank));
-  if (file_bytes < header_bytes ||
-      !in.read(reinterpret_cast<char*>(dim_bytes.data()), static_cast<std::streamsize>(dim_bytes.size())))
-    detail::idx_error(path, "is truncated inside its header: a rank-" + std::to_string(rank) +
-                                " header needs " + std::to_string(header_bytes) +
-                                " bytes but the file has " + std::to_string(file_bytes));
-
-  idx_array out;
-  out.element_type = element_type;
-  std::size_t payload_bytes = element_bytes;
-  for (int axis = 0; axis < rank; ++axis) {
-    const std::size_t dim = detail::read_big_endian_u32(dim_bytes.data() + 4 * axis);
-    out.dims.push_back(dim);
-    if (dim != 0 && payload_bytes > std::numeric_limits<std::size_t>::max() / dim)
-      detail::idx_error(path, "has dims in its header that do not fit in memory");
-    payload_bytes *= dim;
-  }
-
-  const std::uintmax_t expected_bytes = header_bytes + payload_bytes;
-  const std::string described = "its header (" + detail::dims_str(out.dims) + " " +
-                                detail::idx_element_name(element_type) + ") says the file is " +
-                                std::to_string(expected_bytes) + " bytes";
-  if (file_bytes < expected_bytes)
-    detail::idx_error(path, "is truncated: " + described + " but it has " + std::to_string(file_bytes) +
-                                " bytes; the data ends at byte " + std::to_string(file_bytes) +
-                                ", in element " + std::to_string((file_bytes - header_bytes) / element_bytes) +
-                                " of " + std::to_string(out.count()));
-  if (file_bytes > expected_bytes)
-    detail::idx_error(path, "is too long: " + described + " but it has " + std::to_string(file_bytes) +
-                                " bytes (" + std::to_string(file_bytes - expected_bytes) +
-                                " bytes after the data)");
-
-  out.bytes.resize(payload_bytes);
-  if (!in.read(reinterpret_cast<char*>(out.bytes.data()), static_cast<std::streamsize>(payload_bytes)))
-    detail::idx_error(path, "could not be read to the end (read error after byte " +
-                                std::to_string(header_bytes + static_cast<std::size_t>(in.gcount())) + ")");
+  if (error || !in) detail::idx_error(path.string(), "cannot be opened for reading");
+  std::vector<unsigned char> header_bytes(4 + 4 * static_cast<std::size_t>(rank));
+  in.read(reinterpret_cast<char*>(header_bytes.data()), static_cast<std::streamsize>(header_bytes.size()));
+  const std::size_t available = static_cast<std::size_t>(in.gcount());
+  in.clear();
+  const detail::idx_header header =
+      detail::check_idx_header(header_bytes.data(), available, file_bytes, path.string(), element_type, rank);
+  out.dims = header.dims;
+  out.bytes.resize(header.payload_bytes);
+  if (!in.read(reinterpret_cast<char*>(out.bytes.data()), static_cast<std::streamsize>(header.payload_bytes)))
+    detail::idx_error(path.string(), "could not be read to the end (read error after byte " +
+                                         std::to_string(header.header_bytes + static_cast<std::size_t>(in.gcount())) +
+                                         ")");
   return out;
 }
 

@@ -22,6 +22,10 @@ namespace typeflow::data {
 template <class D>
 using cursor_t = decltype(std::declval<const D&>().open(std::uint64_t{0}));
 
+// map(f, autotune), prefetch(autotune): let the pipeline choose (as tf.data.AUTOTUNE);
+// map takes one worker per hardware thread, prefetch keeps two elements ahead.
+inline constexpr int autotune = -1;
+
 // For a static_assert that must fire only when its branch is instantiated.
 template <class>
 inline constexpr bool dependent_false = false;
