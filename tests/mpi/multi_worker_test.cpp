@@ -1,0 +1,237 @@
+// multi_worker across processes. A plain program (not doctest): every rank
+// must make the same collective calls in the same order, which one main makes
+// plain. ctest starts it itself (tests/CMakeLists.txt):
+//
+//   mpirun -np 2 multi_worker_test         the checks below, on every rank;
+//   multi_worker_test                      the same, as one worker without mpirun;
+//   mpirun -np 2 multi_worker_test MODE [TIMEOUT_SECONDS]
+//                                          rank 1 fails after 3 steps (MODE: stall,
+//                                          stall-caught, throw, exit, crash,
+//                                          finish-early), and the
+//                                          job must stop; tests/mpi/expect_job_failure.sh
+//                                          checks the exit status, the time and the message.
+//
+// The checks: after 10 steps (adam, and sgd with momentum), W workers at
+// per-worker batch 128 / W on shard(W, rank) of the data match one process at
+// batch 128 on all the data to a relative 1e-5 (rank 0 trains that reference
+// itself; |a - b| / max(|a|, 1e-2), as tests/unit/mirrored_test.cpp); every rank holds
+// the same weights, bit for bit; the broadcast gives every rank rank 0's
+// initial weights whatever seed it was given; only rank 0 writes
+// save_weights. Returns non-zero if a check failed on any rank.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>  // includes <mpi.h>, without MPI's C++ bindings
+
+namespace tf = typeflow;
+
+namespace {
+
+using net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dense<16>, tf::tanh, tf::dense<4>>;
+constexpr int global_batch = 128;
+constexpr int steps = 10;
+constexpr int samples = global_batch * steps;
+
+int rank = 0, workers = 1, failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("[rank %d] %s: %s\n", rank, ok ? "ok" : "FAILED", what.c_str());
+  std::fflush(stdout);
+  if (!ok) ++failures;
+}
+
+// Fixed data, the same on every rank: features in [-1, 1), and as label
+// (0..3) the largest of the first four features, a rule the network can
+// learn, so that the gradients stay well above rounding noise.
+auto full_data() {
+  std::vector<float> x(samples * 12);
+  std::vector<std::int32_t> y(samples);
+  const tf::random_stream rng{91, 7};
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 2.f * rng.uniform(i) - 1.f;
+  for (int i = 0; i < samples; ++i)
+    y[i] = static_cast<std::int32_t>(std::max_element(x.begin() + i * 12, x.begin() + i * 12 + 4) - (x.begin() + i * 12));
+  return tf::data::from_tensor_slices<tf::shape<12>>(std::move(x), std::move(y));
+}
+
+// Adam at Keras's default rate, as in the tests' step: it is scale-free (a
+// gradient twice too large gives nearly the same step), so SGD with momentum
+// checks the mean as well.
+template <class Model, class Optimizer = tf::optimizers::adam>
+void compile(Model& model, Optimizer optimizer = {}) {
+  model.compile(optimizer, tf::losses::sparse_categorical_crossentropy{.from_logits = true}, tf::metrics::accuracy{});
+}
+
+double largest_relative_difference(std::span<const float> a, std::span<const float> b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / std::max(std::fabs(double{a[i]}), 1e-2));
+  return worst;
+}
+
+// Whether `region` is the same, bit for bit, on every rank.
+bool same_on_every_rank(std::span<const float> region) {
+  std::vector<float> chief(region.begin(), region.end());
+  MPI_Bcast(chief.data(), static_cast<int>(chief.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  int equal = std::equal(chief.begin(), chief.end(), region.begin()) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &equal, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return equal == 1;
+}
+
+// On rank 0: trains a single-process model at batch 128 on all the data and
+// compares its weights with the workers' (rank 0's copy).
+template <int PerWorker, class Model, class Data, class Optimizer>
+void compare_with_one_process(const Model& workers_model, const Data& data, Optimizer optimizer, const char* name) {
+  if (rank != 0) return;
+  tf::model<net> single{4};
+  compile(single, optimizer);
+  single.fit(data | tf::data::batch<global_batch>, {.epochs = 1, .verbose = 0});
+  const double worst = largest_relative_difference(single.parameter_region(), workers_model.parameter_region());
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "%s: %d workers at batch %d match one process at batch %d after %d steps: largest relative "
+                "difference %.3g (limit 1e-5)",
+                name, workers, PerWorker, global_batch, steps, worst);
+  check(worst <= 1e-5, text);
+}
+
+template <int PerWorker>
+void checks() {
+  // The helpers agree with MPI and with the strategy.
+  tf::model<net, tf::float32, tf::multi_worker> model{rank == 0 ? 4u : 99u};  // rank 0's seed wins
+  check(tf::distribute::worker_count() == workers && tf::distribute::worker_index() == rank &&
+            model.strategy().size() == workers && model.strategy().rank() == rank &&
+            model.is_chief() == (rank == 0) && tf::distribute::is_chief_worker() == (rank == 0),
+        "worker_count/worker_index/rank/size/is_chief agree with MPI");
+
+  // The broadcast: every rank starts from rank 0's initial weights.
+  tf::model<net> seeded_4{4};
+  check(std::ranges::equal(model.parameter_region(), seeded_4.parameter_region()),
+        "the constructor's broadcast gives every rank rank 0's initial weights (the other ranks were seeded 99)");
+
+  // W workers at batch 128 / W on their shards = one process at batch 128.
+  const auto data = full_data();
+  compile(model);
+  auto shard = data | tf::data::shard(tf::distribute::worker_count(), tf::distribute::worker_index()) |
+               tf::data::batch<PerWorker>;
+  const auto history = model.fit(shard, {.epochs = 1, .verbose = 0});
+  check(model.iterations() == steps, "fit ran " + std::to_string(model.iterations()) + " steps on the shard");
+  check(std::isfinite(history["loss"].back()), "the loss rank " + std::to_string(rank) + " reports is finite");
+  compare_with_one_process<PerWorker>(model, data, tf::optimizers::adam{}, "adam");
+
+  tf::model<net, tf::float32, tf::multi_worker> with_sgd{4};
+  const tf::optimizers::sgd sgd{.learning_rate = 0.1, .momentum = 0.9f};
+  compile(with_sgd, sgd);
+  with_sgd.fit(shard, {.epochs = 1, .verbose = 0});
+  compare_with_one_process<PerWorker>(with_sgd, data, sgd, "sgd (momentum 0.9)");
+  check(same_on_every_rank(with_sgd.parameter_region()), "sgd: the weights are identical on every rank, bit for bit");
+
+  check(same_on_every_rank(model.parameter_region()), "the weights are identical on every rank, bit for bit");
+
+  // save_weights: rank 0 writes, the others do not; what it wrote is everyone's weights.
+  long job = static_cast<long>(::getpid());
+  MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const std::filesystem::path dir = "multi_worker_test_" + std::to_string(job);
+  if (rank == 0) std::filesystem::create_directories(dir);
+  model.strategy().barrier();
+  model.save_weights(dir / ("rank" + std::to_string(rank) + ".safetensors"));
+  model.strategy().barrier();
+  if (rank == 0) {
+    bool only_chief = std::filesystem::exists(dir / "rank0.safetensors");
+    for (int r = 1; r < workers; ++r)
+      only_chief = only_chief && !std::filesystem::exists(dir / ("rank" + std::to_string(r) + ".safetensors"));
+    check(only_chief, "save_weights wrote rank0.safetensors and no other rank's file");
+  }
+  tf::model<net> loaded{0};
+  loaded.load_weights(dir / "rank0.safetensors");
+  check(std::ranges::equal(loaded.parameter_region(), model.parameter_region()),
+        "the chief's file holds this rank's weights");
+  model.strategy().barrier();
+  if (rank == 0) std::filesystem::remove_all(dir);
+
+  // A job-wide figure: the mean of each rank's loss.
+  double loss = history["loss"].back();
+  const double own = loss;
+  model.strategy().all_reduce_mean(&loss, 1, "the loss all-reduce");
+  std::printf("[rank %d] loss over its shard %.6f, mean over the workers %.6f\n", rank, own, loss);
+}
+
+// Rank 1 fails at the end of its third step; rank 0 trains on.
+struct fail_on_rank_1 : tf::callback {
+  std::string_view mode;
+  explicit fail_on_rank_1(std::string_view m) : mode(m) {}
+  void on_batch_end(std::int64_t step, const tf::logs&) override {
+    if (rank != 1 || step != 3) return;
+    std::printf("[rank 1] failing now: %.*s\n", static_cast<int>(mode.size()), mode.data());
+    std::fflush(stdout);
+    if (mode == "stall") std::this_thread::sleep_for(std::chrono::minutes(10));
+    if (mode == "throw") throw std::runtime_error("injected failure on rank 1");
+    if (mode == "exit") std::exit(3);
+    if (mode == "crash") ::raise(SIGKILL);
+  }
+};
+
+template <int PerWorker>
+int failure(std::string_view mode) {
+  tf::model<net, tf::float32, tf::multi_worker> model{4};
+  compile(model);
+  auto shard = full_data() | tf::data::shard(workers, rank) | tf::data::batch<PerWorker>;
+  if (mode == "finish-early" && rank == 1) {  // fewer batches than rank 0: returns 0 from main
+    model.fit(shard | tf::data::take(3), {.epochs = 1, .verbose = 0});
+    std::printf("[rank 1] finished after 3 steps and returns 0\n");
+    std::fflush(stdout);
+    return 0;
+  }
+  fail_on_rank_1 injector{mode == "stall-caught" ? "stall" : mode};
+  if (mode == "stall-caught" && rank == 0) {  // rank 0 catches the timeout and returns 0: the job must still fail
+    try {
+      model.fit(shard, {.epochs = 20, .verbose = 0});
+    } catch (const std::runtime_error& e) {
+      std::printf("[rank 0] caught: %s\n", e.what());
+      std::fflush(stdout);
+      return 0;
+    }
+  }
+  model.fit(shard, {.epochs = 20, .callbacks = {&injector}, .verbose = 0});
+  std::printf("[rank %d] training finished, but rank 1 should have failed\n", rank);
+  return 0;
+}
+
+template <int PerWorker>
+int run(int argc, char** argv) {
+  if (argc > 1) return failure<PerWorker>(argv[1]);
+  checks<PerWorker>();
+  int total = failures;
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) std::printf("%s: %d failed checks over %d worker(s)\n", total ? "FAILED" : "PASSED", total, workers);
+  return total == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  workers = tf::distribute::worker_count();  // starts MPI (singleton without mpirun)
+  rank = tf::distribute::worker_index();
+  if (argc > 2) tf::multi_worker::timeout = std::chrono::duration<double>(std::atof(argv[2]));
+  switch (workers) {
+    case 1: return run<global_batch>(argc, argv);
+    case 2: return run<global_batch / 2>(argc, argv);
+    case 4: return run<global_batch / 4>(argc, argv);
+    default:
+      std::fprintf(stderr, "multi_worker_test: run it with 1, 2 or 4 processes, not %d\n", workers);
+      return 2;
+  }
+}
