@@ -125,7 +125,7 @@ trap 'rm -rf "$tmp"' EXIT
 # typeflow_rate FILTER: samples/s of the one benchmark FILTER selects.
 typeflow_rate() {
   local json=$tmp/$1.json
-  "${typeflow_env[@]}" "$bench" --benchmark_filter="$1" --benchmark_min_time="$min_time" \
+  "${typeflow_env[@]}" "$bench" --benchmark_filter="^$1/" --benchmark_min_time="$min_time" \
     --benchmark_format=json >"$json" 2>"$tmp/$1.err" || { cat "$tmp/$1.err" >&2; return 1; }
   "$python" - "$json" <<'EOF'
 import json, sys
