@@ -53,10 +53,11 @@
 // Failures. A worker that dies or stops must not leave the others hanging:
 //   - Each collective is non-blocking (MPI_Iallreduce / MPI_Ibcast /
 //     MPI_Ibarrier) and polled with MPI_Test against a deadline,
-//     multi_worker::timeout (default 60 s; the environment variable
+//     multi_worker::timeout (default 45 s, so that a stalled job is stopped
+//     within a minute, teardown included; the environment variable
 //     TYPEFLOW_WORKER_TIMEOUT=<seconds> sets the default). Past it the call
 //     throws std::runtime_error:
-//       "multi_worker: rank 0 waited 60 s for the gradient all-reduce; another
+//       "multi_worker: rank 0 waited 45 s for the gradient all-reduce; another
 //        worker has died or stalled, ..."
 //     and the process is marked failed: any later collective throws at once,
 //     and at exit the job is aborted (MPI_Abort) rather than finalised.
@@ -226,16 +227,16 @@ class mpi_process {
 // at_exit reads the object after static destruction began; nothing is destroyed.
 static_assert(std::is_trivially_destructible_v<mpi_process>);
 
-// The default deadline of one collective: TYPEFLOW_WORKER_TIMEOUT seconds, or 60.
+// The default deadline of one collective: TYPEFLOW_WORKER_TIMEOUT seconds, or 45.
 inline std::chrono::duration<double> default_worker_timeout() {
   if (const char* text = std::getenv("TYPEFLOW_WORKER_TIMEOUT")) {
     char* end = nullptr;
     const double seconds = std::strtod(text, &end);
     if (end != text && *end == '\0' && seconds > 0) return std::chrono::duration<double>(seconds);
-    std::fprintf(stderr, "typeflow multi_worker: ignoring TYPEFLOW_WORKER_TIMEOUT=\"%s\" (want seconds > 0); using 60\n",
+    std::fprintf(stderr, "typeflow multi_worker: ignoring TYPEFLOW_WORKER_TIMEOUT=\"%s\" (want seconds > 0); using 45\n",
                  text);
   }
-  return std::chrono::duration<double>(60.0);
+  return std::chrono::duration<double>(45.0);
 }
 
 }  // namespace distribute::detail
