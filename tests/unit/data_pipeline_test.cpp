@@ -27,11 +27,20 @@
 
 #include <typeflow/data/data.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace data = typeflow::data;
 using typeflow::shape;
 using namespace std::chrono_literals;
 
 namespace {
+
+using typeflow::testing::contains;
+using typeflow::testing::message_of;
+
+struct temp_dir : typeflow::testing::temp_dir {
+  temp_dir() : typeflow::testing::temp_dir("typeflow_data_pipeline_test") {}
+};
 
 template <class Dataset>
 std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
@@ -90,44 +99,8 @@ auto slow(int n, std::chrono::microseconds delay, std::shared_ptr<std::atomic<in
       n);
 }
 
-template <class E, class Call>
-std::string message_of(Call&& call) {
-  try {
-    call();
-  } catch (const E& error) {
-    return error.what();
-  }
-  return "";
-}
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::random_device entropy;
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    for (int attempt = 0;; ++attempt) {
-      path = std::filesystem::temp_directory_path() /
-             ("typeflow_data_pipeline_test_" + std::to_string(now) + "_" + std::to_string(entropy()));
-      if (std::filesystem::create_directory(path)) return;
-      REQUIRE(attempt < 100);
-    }
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-};
 
 // A map function that takes some time, with a jitter that depends on the
 // element, so that parallel workers finish out of order.

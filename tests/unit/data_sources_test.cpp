@@ -23,10 +23,19 @@
 
 #include <typeflow/data/data.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace data = typeflow::data;
 using typeflow::shape;
 
 namespace {
+
+using typeflow::testing::contains;
+using typeflow::testing::message_of;
+
+struct temp_dir : typeflow::testing::temp_dir {
+  temp_dir() : typeflow::testing::temp_dir("typeflow_data_sources_test") {}
+};
 
 template <class Dataset>
 std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
@@ -37,37 +46,8 @@ std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std:
   return out;
 }
 
-template <class E, class Call>
-std::string message_of(Call&& call) {
-  try {
-    call();
-  } catch (const E& error) {
-    return error.what();
-  }
-  return "";
-}
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::random_device entropy;
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    for (int attempt = 0;; ++attempt) {
-      path = std::filesystem::temp_directory_path() /
-             ("typeflow_data_sources_test_" + std::to_string(now) + "_" + std::to_string(entropy()));
-      if (std::filesystem::create_directory(path)) return;
-      REQUIRE(attempt < 100);
-    }
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-};
 
 void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream(path, std::ios::binary)

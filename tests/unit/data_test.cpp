@@ -23,10 +23,19 @@
 
 #include <typeflow/data/data.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace data = typeflow::data;
 using typeflow::shape;
 
 namespace {
+
+using typeflow::testing::contains;
+using typeflow::testing::message_of;
+
+struct temp_dir : typeflow::testing::temp_dir {
+  temp_dir() : typeflow::testing::temp_dir("typeflow_data_test") {}
+};
 
 // ---- helpers -----------------------------------------------------------------
 
@@ -77,17 +86,7 @@ struct unknown_size_dataset {
 };
 
 // What a throwing call says, or "" if it does not throw E.
-template <class E, class Call>
-std::string message_of(Call&& call) {
-  try {
-    call();
-  } catch (const E& error) {
-    return error.what();
-  }
-  return "";
-}
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::filesystem::path mnist_dir() {
   const char* root = std::getenv("TYPEFLOW_DATA_DIR");
@@ -104,26 +103,6 @@ std::filesystem::path require_mnist_dir() {
   return dir;
 }
 
-// A fresh directory under the system temp dir, removed with its files at scope exit.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::random_device entropy;
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    for (int attempt = 0;; ++attempt) {
-      path = std::filesystem::temp_directory_path() /
-             ("typeflow_data_test_" + std::to_string(now) + "_" + std::to_string(entropy()));
-      if (std::filesystem::create_directory(path)) return;
-      REQUIRE(attempt < 100);
-    }
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-};
 
 void put_big_endian(std::vector<std::uint8_t>& out, std::uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(value >> shift));

@@ -1,0 +1,58 @@
+// Helpers shared by the test files: a scratch directory and error messages.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace typeflow::testing {
+
+// A fresh directory under the system temp dir, removed with its files at scope exit.
+struct temp_dir {
+  std::filesystem::path path;
+  explicit temp_dir(const std::string& prefix = "typeflow_test") {
+    std::random_device entropy;
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (int attempt = 0;; ++attempt) {
+      path = std::filesystem::temp_directory_path() /
+             (prefix + "_" + std::to_string(now) + "_" + std::to_string(entropy()));
+      if (std::filesystem::create_directory(path)) return;
+      REQUIRE(attempt < 100);
+    }
+  }
+  ~temp_dir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+
+  // The names of the files in the directory, sorted.
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+// What call() throws as an E, or "" if it throws nothing.
+template <class E, class Call>
+std::string message_of(Call&& call) {
+  try {
+    call();
+  } catch (const E& error) {
+    return error.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace typeflow::testing
