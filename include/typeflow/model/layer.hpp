@@ -23,13 +23,26 @@ namespace typeflow {
 
 // Where a layer sits: its index in the sequential (input is 0), and the specs
 // before and after it (void at the ends), so that a matmul can fuse the
-// activation that follows it.
-template <int Position, class Previous, class Next>
+// activation that follows it. DecodeLength is 0 when the network runs over
+// whole sequences (training, evaluation); model::generate binds the same
+// specs a second time for one position at a time, with DecodeLength the
+// longest sequence a key/value cache must hold (attention keeps its cache in
+// its workspace, positional embeddings read run_state::position). Specs is
+// the whole network's std::tuple of specs, for layers that reach another
+// layer's parameters (tied_logits reuses the embedding matrix).
+template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void>
 struct layer_context {
   static constexpr int position = Position;
+  static constexpr int decode_length = DecodeLength;
   using previous = Previous;
   using next = Next;
+  using specs = Specs;
 };
+
+// The same place seen from inside a combinator (residual, repeat, recompute):
+// the neighbours are the combinator's children, the rest is inherited.
+template <class Outer, class Previous, class Next>
+using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs>;
 
 // A check whose name carries the facts: when a static_assert on it fails,
 // g++ prints "'layer_check<layer_at<3, reshape<7, 7>>, given<shape<10>>,
@@ -126,6 +139,7 @@ struct run_state {
   bool training = false;         // dropout active, statistics updated
   std::uint64_t seed = 0;        // the model's seed
   std::uint64_t step = 0;        // counts training steps, so dropout masks differ per step
+  int position = 0;              // decoding (generate): the index of the position being fed
 };
 
 // The fixed addresses one layer works on, resolved from the memory plan.
@@ -137,6 +151,14 @@ struct layer_io {
   float* params = nullptr;      // the layer's parameter region
   float* grads = nullptr;       // the matching gradient region
   std::byte* workspace = nullptr;  // per-layer bytes kept from forward to backward
+  std::byte* scratch = nullptr;    // bytes valid only during one forward() or backward() call,
+                                   // shared by every layer (see scratch_bytes_per_sample)
+  // tied_logits: the embedding matrix it reuses, and that matrix's gradient.
+  // tied_gradient_written tells the embedding that the logits' backward,
+  // which runs first, has already written (not added to) its gradient.
+  const float* tied_params = nullptr;
+  float* tied_grads = nullptr;
+  bool tied_gradient_written = false;
   backend::cpu::context* context = nullptr;
   const run_state* run = nullptr;
 };
@@ -152,6 +174,13 @@ struct layer_defaults {
   static constexpr bool gradient_in_place = false;     // d_in == d_out
   static constexpr std::size_t workspace_bytes_per_sample = 0;  // scales with the batch (dropout's mask)
   static constexpr std::size_t workspace_bytes_per_step = 0;    // does not (batch_norm's batch statistics)
+  // Bytes a layer needs only while its forward() or backward() runs (e.g.
+  // attention's per-head gradients, a recomputed block's activations). One
+  // region, as large as the largest need, serves every layer in turn.
+  static constexpr std::size_t scratch_bytes_per_sample = 0;
+  static constexpr std::size_t scratch_bytes_per_step = 0;
+  // Whether the layer reads the network's embedding matrix (tied_logits).
+  static constexpr bool uses_tied_embedding = false;
 };
 
 // What executors without library primitives share: no scratchpad to bind.

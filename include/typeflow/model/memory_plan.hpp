@@ -8,7 +8,11 @@
 //                   a layer's output is its input's buffer (flatten, fused relu)
 //   gradient buffers two (Batch, max shape) buffers the backward pass
 //                   alternates between (in-place layers stay on one)
-//   workspaces      per-layer bytes kept from forward to backward (dropout masks)
+//   workspaces      per-layer bytes kept from forward to backward (dropout masks,
+//                   attention probabilities, a combinator's inner activations)
+//   scratch         bytes a layer needs only during one forward or backward
+//                   call: one region, as large as the largest need, shared
+//                   (a recomputed block's activations live here)
 //   loss rows       (Batch x rows per sample) floats: each output row's loss
 // Every offset is a compile-time constant; the parameters' offsets do not
 // depend on Batch or Slots, so weights stay put when a model is compiled or
@@ -108,11 +112,29 @@ struct memory_plan {
     }
     return offsets;
   }();
-  static constexpr std::size_t loss_rows_offset = [] {
+  static constexpr std::size_t workspaces_end = [] {
     std::size_t end = activations_end + 2 * gradient_buffer_bytes;
     for (std::size_t i = 0; i < layer_count; ++i) end += workspace_bytes(i);
     return end;
   }();
+  static constexpr std::size_t workspace_total_bytes = workspaces_end - (activations_end + 2 * gradient_buffer_bytes);
+
+  static constexpr std::size_t scratch_offset = workspaces_end;
+  static constexpr std::size_t scratch_bytes = [] {
+    std::size_t largest = 0;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      const std::size_t need = align_up(Batch * Net::scratch_bytes_per_sample[i] + Net::scratch_bytes_per_step[i]);
+      largest = need > largest ? need : largest;
+    }
+    return largest;
+  }();
+
+  // What a step keeps from its forward pass to its backward pass: every
+  // layer's output and workspace. recompute<Block> moves a block's inner
+  // activations from here to the shared scratch region.
+  static constexpr std::size_t kept_activation_bytes = activation_bytes + workspace_total_bytes;
+
+  static constexpr std::size_t loss_rows_offset = scratch_offset + scratch_bytes;
 
   // The loss writes one value per output row: a sample's output has
   // output_size / last-axis rows (one per position of a sequence, say).

@@ -23,11 +23,12 @@ namespace typeflow {
 
 namespace detail {
 
-// The input as a bound layer: no work, its output is the batch itself.
-template <class Input>
+// The input as a bound layer: no work, its output is the batch itself (int32
+// token ids are stored in their 4-byte slots of the float buffer as they are).
+template <class Input, class Shape = typename Input::shape_type>
 struct bound_input : layer_defaults {
-  using input_shape = typename Input::shape_type;
-  using output_shape = typename Input::shape_type;
+  using input_shape = Shape;
+  using output_shape = Shape;
   template <int Batch>
   struct executor : executor_defaults {
     explicit executor(const layer_io&) {}
@@ -41,7 +42,7 @@ using spec_or_void = std::conditional_t<(I < std::tuple_size_v<Tuple>),
                                         std::tuple_element<(I < std::tuple_size_v<Tuple> ? I : 0), Tuple>,
                                         std::type_identity<void>>;
 
-template <class... Specs>
+template <int DecodeLength, class InputShape, class... Specs>
 struct bind_layers {
   using specs = std::tuple<Specs...>;
   static constexpr std::size_t count = sizeof...(Specs);
@@ -54,12 +55,12 @@ struct bind_layers {
   // Left fold: bound layer I is bind<output shape of bound layer I - 1>.
   static constexpr auto bound = boost::hana::fold_left(
       boost::hana::make_range(boost::hana::size_c<1>, boost::hana::size_c<count>),
-      boost::hana::make_tuple(boost::hana::type_c<bound_input<spec_at<0>>>),
+      boost::hana::make_tuple(boost::hana::type_c<bound_input<spec_at<0>, InputShape>>),
       [](auto so_far, auto index) {
         constexpr std::size_t I = decltype(index)::value;
         using previous = typename decltype(+boost::hana::back(so_far))::type;
         using spec = spec_at<I>;
-        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>>;
+        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs>;
         using layer = typename spec::template bind<typename previous::output_shape, context>;
         return boost::hana::append(so_far, boost::hana::type_c<layer>);
       });
@@ -71,19 +72,23 @@ struct bind_layers {
 
 }  // namespace detail
 
-template <class Input, class... Layers>
-struct sequential {
-  static_assert(is_input_v<Input>,
-                "sequential<...>: the first element must be input<Dims...>, the per-sample shape");
+namespace detail {
 
+// A network's bound layers and every per-layer fact the memory plan, the
+// step program and the model read. sequential is the network over whole
+// samples; sequential::decoder the same specs bound for one position at a
+// time (same parameters, same layout), which model::generate runs.
+template <int DecodeLength, class InputShape, class Input, class... Layers>
+struct bound_network {
   // The specs as a Hana type list, for users' own compile-time algorithms.
   static constexpr auto specs = boost::hana::tuple_t<Input, Layers...>;
   using input_layer = Input;
-  using input_shape_type = typename Input::shape_type;
+  using input_shape_type = InputShape;
   using input_dtype = typename Input::dtype;
+  static constexpr int decode_length = DecodeLength;
 
   // The bound layers, in order; layer 0 is the input.
-  using layers = typename detail::bind_layers<Input, Layers...>::tuple;
+  using layers = typename detail::bind_layers<DecodeLength, InputShape, Input, Layers...>::tuple;
   static constexpr std::size_t layer_count = 1 + sizeof...(Layers);
   template <std::size_t I>
   using layer = std::tuple_element_t<I, layers>;
@@ -116,6 +121,11 @@ struct sequential {
       per_layer([]<class L>() { return L::workspace_bytes_per_sample; });
   static constexpr auto workspace_bytes_per_step =
       per_layer([]<class L>() { return L::workspace_bytes_per_step; });
+  static constexpr auto scratch_bytes_per_sample =
+      per_layer([]<class L>() { return L::scratch_bytes_per_sample; });
+  static constexpr auto scratch_bytes_per_step =
+      per_layer([]<class L>() { return L::scratch_bytes_per_step; });
+  static constexpr auto uses_tied_embedding = per_layer([]<class L>() { return L::uses_tied_embedding; });
   static constexpr auto layer_flops = per_layer([]<class L>() { return L::flops_per_sample; });
 
   // Whether any parameter of the network carries a regularizer.
@@ -164,6 +174,28 @@ struct sequential {
   static std::string layer_type_name() {
     return spec<I>::type_name();
   }
+};
+
+// (T, ...) -> (1, ...): one position of a sequence.
+template <class Shape>
+struct one_position;
+template <int First, int... Rest>
+struct one_position<shape<First, Rest...>> {
+  using type = shape<1, Rest...>;
+};
+
+}  // namespace detail
+
+template <class Input, class... Layers>
+struct sequential : detail::bound_network<0, typename Input::shape_type, Input, Layers...> {
+  static_assert(is_input_v<Input>,
+                "sequential<...>: the first element must be input<Dims...>, the per-sample shape");
+
+  // The network bound for generation: one position per call, key/value
+  // caches sized for the input's first axis (the block size).
+  using decoder = detail::bound_network<Input::shape_type::template dim<0>,
+                                        typename detail::one_position<typename Input::shape_type>::type, Input,
+                                        Layers...>;
 };
 
 template <class T>

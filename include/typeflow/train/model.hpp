@@ -69,8 +69,8 @@ class model {
   static_assert(std::is_same_v<Policy, float32>,
                 "model<Net, Policy>: only the float32 policy exists so far");
   static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
-  static_assert(std::is_same_v<typename Net::input_dtype, float32>,
-                "model<Net>: the network's input must be float32 until an embedding layer can take int32 ids");
+  static_assert(std::is_same_v<typename Net::input_dtype, float32> || std::is_same_v<typename Net::input_dtype, int32>,
+                "model<Net>: the network's input must be float32 features or int32 token ids");
 
  public:
   using network = Net;
@@ -238,7 +238,7 @@ class model {
     auto cursor = data.open(0);
     run_.training = false;
     while (cursor.next(batch)) {
-      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       program.forward();
       const float* out = program.output();
       outputs.insert(outputs.end(), out, out + static_cast<std::size_t>(batch.valid) * output_shape_type::size);
@@ -416,7 +416,7 @@ class model {
 
   template <class Program, class Batch>
   double train_step(Program& program, const Batch& batch) {
-    std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+    std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
     run_.training = true;
     ++run_.step;
     program.forward();
@@ -443,7 +443,7 @@ class model {
     programs[0] = &program_for<shard>();
     for (int r = 1; r < replica_count; ++r) programs[r] = &secondary_program_for<shard>(*secondaries_[r - 1]);
     for (int r = 0; r < replica_count; ++r)
-      std::memcpy(programs[r]->input(), batch.features.data() + r * features_per_shard, features_per_shard * sizeof(float));
+      std::memcpy(programs[r]->input(), batch.features.data() + r * features_per_shard, features_per_shard * sizeof(batch.features.data()[0]));
 
     struct job_context {
       model* self;
@@ -579,7 +579,7 @@ class model {
     run_.training = false;
     const double penalty = has_regularizers ? apply_regularizers(false) : 0.0;
     while (cursor.next(batch)) {
-      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(float));
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       program.forward();
       loss_mean_.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
       regularization_mean_.update(penalty, batch.valid);

@@ -79,10 +79,32 @@ class step_program {
     io.params = params_ + plan::layer_parameter_offset[I] / sizeof(float);
     io.grads = grads_ + plan::layer_parameter_offset[I] / sizeof(float);
     io.workspace = base_ + plan::workspace_offset[I];
+    io.scratch = base_ + plan::scratch_offset;
+    if constexpr (layer::uses_tied_embedding) {
+      constexpr std::size_t source = tied_embedding_layer();
+      io.tied_params = params_ + plan::layer_parameter_offset[source] / sizeof(float);
+      io.tied_grads = grads_ + plan::layer_parameter_offset[source] / sizeof(float);
+    }
+    if constexpr (I == tied_embedding_layer() && any_tied()) io.tied_gradient_written = true;
     io.context = &context;
     io.run = &run;
     return typename layer::template executor<Batch>(io);
   }
+  // The layer whose matrix tied_logits reuses: the first with an
+  // `embedding_matrix` fact (embedding<V, D>); layer_count when none.
+  static constexpr std::size_t tied_embedding_layer() {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      std::size_t found = layer_count;
+      ((found = (found == layer_count && requires { Net::template layer<I>::embedding_matrix; }) ? I : found), ...);
+      return found;
+    }(std::make_index_sequence<layer_count>{});
+  }
+  static constexpr bool any_tied() {
+    for (bool b : Net::uses_tied_embedding)
+      if (b) return true;
+    return false;
+  }
+
   template <class Sequence>
   struct executors_of;
   template <std::size_t... I>
