@@ -67,6 +67,29 @@ struct truncated_normal {
   }
 };
 
+// Normal(Mean, Stddev), untruncated (Keras's RandomNormal; GPT-2 initialises
+// its embeddings and kernels with random_normal<0.02f>).
+template <float Stddev = 0.05f, float Mean = 0.f>
+struct random_normal {
+  static_assert(Stddev > 0.f, "random_normal<Stddev>: Stddev must be positive");
+  static constexpr const char* name = "random_normal";
+  template <class Shape>
+  static void fill(float* data, random_stream rng) {
+    for (std::size_t i = 0; i < Shape::size; ++i) data[i] = Mean + Stddev * rng.normal(i);
+  }
+};
+
+// Uniform in [Min, Max) (Keras's RandomUniform, the default of its Embedding).
+template <float Min = -0.05f, float Max = 0.05f>
+struct random_uniform {
+  static_assert(Min < Max, "random_uniform<Min, Max>: Min must be below Max");
+  static constexpr const char* name = "random_uniform";
+  template <class Shape>
+  static void fill(float* data, random_stream rng) {
+    for (std::size_t i = 0; i < Shape::size; ++i) data[i] = Min + (Max - Min) * rng.uniform(i);
+  }
+};
+
 enum class fan_mode { fan_in, fan_out, fan_avg };
 enum class distribution { truncated_normal, uniform };
 

@@ -56,6 +56,7 @@ struct batch_norm_options {
 
 template <batch_norm_options Options = batch_norm_options{}, class... Initializers>
 struct batch_normalization {
+  static constexpr std::string_view scope_name = "batch_norm";
   // "batch_norm", or with the options that differ from the defaults:
   // "batch_norm<momentum=0.9, eps=1e-05>".
   static std::string type_name() {

@@ -27,6 +27,7 @@ namespace typeflow {
 
 template <int Units, class... Options>
 struct dense {
+  static constexpr std::string_view scope_name = "dense";
   static std::string type_name() {
     return "dense<" + std::to_string(Units) + (sizeof...(Options) ? ", ...>" : ">");
   }

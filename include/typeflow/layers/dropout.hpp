@@ -56,7 +56,7 @@ struct dropout {
           return;
         }
         auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
-        const random_stream rng{mix_seed(io_.run->seed, 0xD120u + Context::position), io_.run->step};
+        const random_stream rng{mix_seed(io_.run->seed, 0xD120u + Context::salt), io_.run->step};
         // keep when uniform >= Rate, i.e. when the top 24 bits >= ceil(Rate * 2^24).
         const auto threshold = static_cast<std::uint32_t>(std::ceil(double{Rate} * 16777216.0));
         constexpr std::ptrdiff_t blocks = count / 4, chunk = 256;

@@ -40,6 +40,7 @@ struct layer_norm_options {
 
 template <layer_norm_options Options = layer_norm_options{}, class... Initializers>
 struct layer_normalization {
+  static constexpr std::string_view scope_name = "layer_norm";
   // "layer_norm", or with the options that differ from the defaults:
   // "layer_norm<eps=1e-05, center=false>".
   static std::string type_name() {

@@ -30,19 +30,28 @@ namespace typeflow {
 // its workspace, positional embeddings read run_state::position). Specs is
 // the whole network's std::tuple of specs, for layers that reach another
 // layer's parameters (tied_logits reuses the embedding matrix).
-template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void>
+//
+// Salt tells apart layers that share a position, the children of a
+// combinator: dropout draws its masks from it, so two dropouts in two
+// repeated blocks never draw the same mask. Nested is true inside a
+// combinator, whose root names the parameters (see model/chain.hpp).
+template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void,
+          std::uint64_t Salt = static_cast<std::uint64_t>(Position), bool Nested = false>
 struct layer_context {
   static constexpr int position = Position;
   static constexpr int decode_length = DecodeLength;
+  static constexpr std::uint64_t salt = Salt;
+  static constexpr bool nested = Nested;
   using previous = Previous;
   using next = Next;
   using specs = Specs;
 };
 
-// The same place seen from inside a combinator (residual, repeat, recompute):
-// the neighbours are the combinator's children, the rest is inherited.
-template <class Outer, class Previous, class Next>
-using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs>;
+// The place of child `Index` of a combinator at Outer: the neighbours are its
+// siblings, the position (for error messages) and the rest are inherited.
+template <class Outer, class Previous, class Next, std::size_t Index>
+using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs,
+                                     Outer::salt * 1000003u + Index + 1, true>;
 
 // A check whose name carries the facts: when a static_assert on it fails,
 // g++ prints "'layer_check<layer_at<3, reshape<7, 7>>, given<shape<10>>,
@@ -181,6 +190,9 @@ struct layer_defaults {
   static constexpr std::size_t scratch_bytes_per_step = 0;
   // Whether the layer reads the network's embedding matrix (tied_logits).
   static constexpr bool uses_tied_embedding = false;
+  // Whether its parameters' names are whole ("blocks.3.attn.qkv.kernel")
+  // rather than relative to "layers.<position>." (repeat<> at the top level).
+  static constexpr bool absolute_names = false;
 };
 
 // What executors without library primitives share: no scratchpad to bind.

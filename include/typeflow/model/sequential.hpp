@@ -17,9 +17,13 @@
 #include <boost/hana.hpp>
 
 #include "typeflow/layers/input.hpp"
+#include "typeflow/model/chain.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
+
+template <class... Layers>
+struct sequential;
 
 namespace detail {
 
@@ -186,21 +190,43 @@ struct one_position<shape<First, Rest...>> {
 
 }  // namespace detail
 
-template <class Input, class... Layers>
-struct sequential : detail::bound_network<0, typename Input::shape_type, Input, Layers...> {
-  static_assert(is_input_v<Input>,
-                "sequential<...>: the first element must be input<Dims...>, the per-sample shape");
+namespace detail {
 
+template <class Input, class... Layers>
+struct network_sequential : bound_network<0, typename Input::shape_type, Input, Layers...> {
   // The network bound for generation: one position per call, key/value
   // caches sized for the input's first axis (the block size).
-  using decoder = detail::bound_network<Input::shape_type::template dim<0>,
-                                        typename detail::one_position<typename Input::shape_type>::type, Input,
-                                        Layers...>;
+  using decoder = bound_network<Input::shape_type::template dim<0>,
+                                typename one_position<typename Input::shape_type>::type, Input, Layers...>;
 };
+
+// sequential<Layers...> without an input: a block, usable as one layer
+// (inside repeat<>, recompute<>, residual<> or a network).
+template <class... Layers>
+struct nested_sequential {
+  static std::string type_name() {
+    std::string inner;
+    ((inner += (inner.empty() ? "" : ", ") + Layers::type_name()), ...);
+    return "sequential<" + inner + ">";
+  }
+  template <class In, class Context>
+  struct bind : chain_binding<Context, In, true, Layers...> {};
+};
+
+template <class First, class... Rest>
+using sequential_base =
+    std::conditional_t<is_input_v<First>, network_sequential<First, Rest...>, nested_sequential<First, Rest...>>;
+
+}  // namespace detail
+
+// sequential<input<...>, Layers...>: a network. sequential<Layers...> whose
+// first element is not an input: a block of layers used as one layer.
+template <class First, class... Rest>
+struct sequential<First, Rest...> : detail::sequential_base<First, Rest...> {};
 
 template <class T>
 inline constexpr bool is_sequential_v = false;
-template <class... L>
-inline constexpr bool is_sequential_v<sequential<L...>> = true;
+template <class First, class... L>
+inline constexpr bool is_sequential_v<sequential<First, L...>> = is_input_v<First>;
 
 }  // namespace typeflow

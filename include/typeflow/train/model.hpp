@@ -638,7 +638,9 @@ class model {
       (
           [&] {
             using param_type = std::tuple_element_t<P, typename params::tuple>;
-            f(parameter_info{"layers." + std::to_string(I) + "." + std::string(param_type::name),
+            using layer = typename Net::template layer<I>;
+            f(parameter_info{(layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".") +
+                                 std::string(param_type::name),
                              shape_vector<typename param_type::shape_type>(),
                              memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
                              param_type::size, param_type::row_length, param_type::row_stride,

@@ -1,0 +1,70 @@
+// residual<Layers...>: x + f(x), where f is Layers... run as a chain.
+//
+//   input (B, shape) -> f -> (B, shape), output = input + f(input)
+//
+// The chain's output shape must equal its input's (a compile error names
+// both otherwise). The children's activations are kept in the residual's
+// workspace; wrap the block in recompute<> to recompute them instead.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/model/chain.hpp"
+
+namespace typeflow {
+
+template <class... Layers>
+struct residual {
+  static std::string type_name() {
+    std::string inner;
+    ((inner += (inner.empty() ? "" : ", ") + Layers::type_name()), ...);
+    return "residual<" + inner + ">";
+  }
+
+  template <class In, class Context>
+  struct bind : chain_binding<Context, In, true, Layers...> {
+    using chain = chain_binding<Context, In, true, Layers...>;
+    static_assert(layer_check<layer_at<Context::position, residual>, given<In, typename chain::output_shape>,
+                              std::is_same_v<typename chain::output_shape, In>>::passed,
+                  "residual<Layers...>: the block must keep its input's shape, since its output is added to "
+                  "its input (see both shapes in the note below)");
+    static_assert(layer_check<layer_at<Context::position, residual>, given<In>, !chain::all_alias>::passed,
+                  "residual<Layers...>: the block computes nothing (every layer in it only reshapes)");
+    using output_shape = In;
+    static constexpr bool output_aliases_input = false;
+    static constexpr bool gradient_in_place = false;
+    static constexpr std::size_t flops_per_sample = chain::flops_per_sample + In::size;
+
+    template <int Batch>
+    class executor : public chain::template executor<Batch> {
+      using base = typename chain::template executor<Batch>;
+      static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
+
+     public:
+      explicit executor(const layer_io& io) : base(io), io_(io) {}
+
+      void forward() {
+        base::forward();
+        float* out = io_.out;
+        const float* in = io_.in;
+        backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] += in[i]; });
+      }
+
+      // d_in = d_out (the skip) + the block's gradient.
+      void backward() {
+        base::backward();
+        if (!io_.d_in) return;
+        float* d_in = io_.d_in;
+        const float* d_out = io_.d_out;
+        backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { d_in[i] += d_out[i]; });
+      }
+
+     private:
+      layer_io io_;
+    };
+  };
+};
+
+}  // namespace typeflow
