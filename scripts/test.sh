@@ -14,6 +14,8 @@ trap report_time EXIT
 
 setup_packages
 setup_mnist
+setup_moby_dick
+setup_gpt2_bpe
 
 case "${mode}" in
   all)

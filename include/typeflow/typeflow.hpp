@@ -8,7 +8,6 @@
 #include "typeflow/distribute/multi_worker.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activations.hpp"
-#include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/batch_norm.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
@@ -28,4 +27,5 @@
 #include "typeflow/optimizers/optimizers.hpp"
 #include "typeflow/regularizers/regularizers.hpp"
 #include "typeflow/schedules/schedules.hpp"
+#include "typeflow/text/text.hpp"
 #include "typeflow/train/model.hpp"
