@@ -13,7 +13,10 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/gradient_check.hpp"
+
 namespace tf = typeflow;
+using typeflow::testing::check_gradients;
 
 namespace {
 
@@ -25,38 +28,6 @@ using test_batch = tf::data::batch_of<batch_size, Features, Label>;
 // A deterministic pseudo-random value in [-1, 1) for index i.
 float wobble(std::uint64_t i, std::uint64_t salt = 0) {
   return 2.f * tf::random_stream{1234 + salt, 0}.uniform(i) - 1.f;
-}
-
-// Checks d(loss)/d(parameter) for every parameter of the model against
-// (L(w + h) - L(w - h)) / 2h, in float32: h = 1e-2, a relative error of
-// at most 2e-2 plus an absolute slack for tiny gradients.
-template <class Net, class Loss, class Features, class Label>
-void check_gradients(Loss loss, const test_batch<Features, Label>& batch) {
-  tf::model<Net> model{7};
-  model.compile(tf::optimizers::sgd{.learning_rate = 0.f}, loss);
-  model.train_on_batch(batch);
-  auto data = tf::data::from_tensor_slices<typename Features::shape_type, typename Label::shape_type>(
-                  batch.features, batch.labels) |
-              tf::data::batch<batch_size>;
-  int checked = 0;
-  for (const auto& spec : model.parameter_specs()) {
-    auto weights = model.parameter(spec.name);
-    const std::vector<float> analytic(model.gradient(spec.name).begin(), model.gradient(spec.name).end());
-    for (std::size_t i = 0; i < weights.size(); i += 1 + weights.size() / 24) {
-      const float original = weights[i];
-      const float h = 1e-2f;
-      weights[i] = original + h;
-      const double up = model.evaluate(data).at("loss");
-      weights[i] = original - h;
-      const double down = model.evaluate(data).at("loss");
-      weights[i] = original;
-      const double numeric = (up - down) / (2.0 * h);
-      INFO(spec.name << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric);
-      CHECK(std::fabs(analytic[i] - numeric) <= 2e-2 * std::fabs(numeric) + 2e-4);
-      ++checked;
-    }
-  }
-  CHECK(checked > 0);
 }
 
 using vector_features = tf::data::tensor_value<float, tf::shape<6>>;

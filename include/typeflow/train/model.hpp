@@ -13,7 +13,9 @@
 // backward and update over fixed addresses with no allocation.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +60,15 @@ struct fit_options {
   data::any_dataset<Element> validation_data{};
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
+};
+
+// generate's options. temperature divides the logits (0 picks the most
+// likely token every time); top_k > 0 samples among the k most likely only;
+// seed makes a run reproducible.
+struct generate_options {
+  float temperature = 1.f;
+  int top_k = 0;
+  std::uint64_t seed = 0;
 };
 
 // What evaluate returns: "loss" and each metric's name, with its value.
@@ -246,6 +257,71 @@ class model {
     return outputs;
   }
 
+  // Continues `prompt` (token ids) by n tokens sampled from the model, and
+  // returns the n new ids. It runs the network's decoder (the same specs
+  // bound for one position at a time): attention keeps keys and values in a
+  // cache, so each new token costs one position, not the whole sequence.
+  // The context is the input's length T (the block size): a prompt longer
+  // than T is cut to its last T tokens, and when the cache is full the last
+  // T / 2 tokens are fed again from position 0 and generation goes on (each
+  // token then sees between T / 2 and T tokens of context, and the cost stays
+  // about one position per token). Token ids outside the vocabulary, an empty
+  // prompt, a negative temperature or a top_k above the vocabulary are
+  // refused with std::invalid_argument before anything runs.
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options = {}) {
+    static_assert(std::is_same_v<typename Net::input_dtype, int32> && Net::input_shape_type::rank == 1,
+                  "generate: the network must take a sequence of int32 token ids, typed_input<int32, T>");
+    using decoder = typename Net::decoder;
+    static_assert(decoder::parameter_floats == Net::parameter_floats,
+                  "generate: a layer's parameters depend on the sequence length, so the decoder cannot share them");
+    constexpr int block = Net::input_shape_type::template dim<0>;
+    constexpr int vocab = classes;
+    if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
+    if (n < 0) throw std::invalid_argument("generate: n, the number of tokens to generate, is negative");
+    if (!(options.temperature >= 0.f))
+      throw std::invalid_argument("generate: temperature must be 0 (greedy) or positive; got " +
+                                  std::to_string(options.temperature));
+    if (options.top_k < 0 || options.top_k > vocab)
+      throw std::invalid_argument("generate: top_k must lie in [0, " + std::to_string(vocab) + "]; got " +
+                                  std::to_string(options.top_k));
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] < 0 || prompt[i] >= vocab)
+        throw std::invalid_argument("generate: prompt token " + std::to_string(prompt[i]) + " at position " +
+                                    std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+
+    auto& program = decoder_program();
+    run_.training = false;
+    std::vector<std::int32_t> context(prompt.size() > static_cast<std::size_t>(block) ? prompt.end() - block : prompt.begin(),
+                                      prompt.end());
+    context.reserve(static_cast<std::size_t>(block));
+    auto feed = [&](std::int32_t token, int position) {
+      std::memcpy(program.input(), &token, sizeof token);
+      run_.position = position;
+      program.forward();
+    };
+    for (std::size_t i = 0; i < context.size(); ++i) feed(context[i], static_cast<int>(i));
+
+    std::vector<std::int32_t> generated;
+    generated.reserve(static_cast<std::size_t>(n));
+    std::vector<float> probabilities(vocab);
+    std::vector<int> order(vocab);
+    const random_stream rng{mix_seed(options.seed, 0x6E7u), 0};
+    for (int step = 0; step < n; ++step) {
+      const std::int32_t next = sample_token(program.output(), probabilities, order, options,
+                                             rng.uniform(static_cast<std::uint64_t>(step)));
+      generated.push_back(next);
+      if (step + 1 == n) break;
+      if (static_cast<int>(context.size()) == block) {  // the cache is full: keep the last half
+        context.erase(context.begin(), context.end() - block / 2);
+        for (std::size_t i = 0; i < context.size(); ++i) feed(context[i], static_cast<int>(i));
+      }
+      context.push_back(next);
+      feed(next, static_cast<int>(context.size()) - 1);
+    }
+    run_.position = 0;
+    return generated;
+  }
+
   // Parameters as safetensors, named "layers.<position>.<name>" with their
   // shapes, e.g. layers.1.kernel (784, 512). Written to a temporary file and
   // renamed, so a crash never leaves a partial file under `path`.
@@ -388,6 +464,46 @@ class model {
       program_batch_ = N;
     }
     return *std::static_pointer_cast<step_program<Net, N>>(program_);
+  }
+
+  // The decoder's program (batch 1) in the step region; a later fit or
+  // evaluate sets its own program up again.
+  step_program<typename Net::decoder, 1>& decoder_program() {
+    constexpr int decoder_marker = -1;
+    if (program_batch_ != decoder_marker || !program_) {
+      program_.reset();
+      using plan = memory_plan<typename Net::decoder, 1, 0>;
+      const std::size_t total = step_base() + (plan::total_bytes - plan::activations_offset);
+      memory_.reserve(total, step_base());
+      program_ = std::make_shared<step_program<typename Net::decoder, 1>>(memory_, step_base(), context_, run_);
+      program_batch_ = decoder_marker;
+    }
+    return *std::static_pointer_cast<step_program<typename Net::decoder, 1>>(program_);
+  }
+
+  // One token drawn from logits: greedy at temperature 0, else from the
+  // softmax of logits / temperature over the top_k most likely (all if 0).
+  static std::int32_t sample_token(const float* logits, std::vector<float>& probabilities, std::vector<int>& order,
+                                   const generate_options& options, float uniform) {
+    const int vocab = static_cast<int>(probabilities.size());
+    if (options.temperature == 0.f)
+      return static_cast<std::int32_t>(std::max_element(logits, logits + vocab) - logits);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    int keep = options.top_k > 0 ? options.top_k : vocab;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int a, int b) { return logits[a] > logits[b]; });
+    const float top = logits[order[0]];
+    double total = 0;
+    for (int j = 0; j < keep; ++j) {
+      probabilities[j] = std::exp((logits[order[j]] - top) / options.temperature);
+      total += probabilities[j];
+    }
+    double target = uniform * total, running = 0;
+    for (int j = 0; j < keep; ++j) {
+      running += probabilities[j];
+      if (target < running) return order[j];
+    }
+    return order[keep - 1];
   }
 
   // A secondary replica's program: its arena holds weights, gradients (no
