@@ -186,6 +186,10 @@ class model {
         step_logs.set("learning_rate", optimizer_->learning_rate(iterations_ + 1));  // the next update's
         step_logs.set("input_wait_fraction",
                       std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
+        if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
+          step_logs.set("tokens_per_second",
+                        static_cast<double>(step * batch_type::size * Net::input_shape_type::size) /
+                            std::chrono::duration<double>(waited + stepped).count());
         for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       }
       if (step == 0)

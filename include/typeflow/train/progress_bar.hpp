@@ -26,6 +26,7 @@
 // and a running line is cut to the terminal's width so '\r' can return over it.
 //
 // Values print as Keras prints them: "%.4f", or "%.4e" when smaller than 1e-3
+// (throughputs, "..._per_second", as whole numbers)
 // in magnitude; "lr" and "learning_rate" print as "%.3g" when that small.
 //
 // on_batch_end allocates nothing, by construction: it formats with snprintf
@@ -247,7 +248,11 @@ class progress_bar : public callback {
       const int name_length = static_cast<int>(entry.name.size());
       const bool small = entry.value != 0.0 && std::fabs(entry.value) < 1e-3;
       const bool learning_rate = entry.name == "lr" || entry.name == "learning_rate";
-      const char* format = !small ? " - %.*s: %.4f" : learning_rate ? " - %.*s: %.3g" : " - %.*s: %.4e";
+      const bool rate = entry.name.ends_with("_per_second");  // throughput: whole numbers
+      const char* format = rate     ? " - %.*s: %.0f"
+                           : !small ? " - %.*s: %.4f"
+                           : learning_rate ? " - %.*s: %.3g"
+                                           : " - %.*s: %.4e";
       line_.append(format, name_length, entry.name.data(), entry.value);
     }
   }
