@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "typeflow/core/fast_math.hpp"
 #include "typeflow/core/host_device.hpp"
 
 namespace typeflow::functors {
@@ -35,15 +36,16 @@ struct sigmoid {
   TYPEFLOW_HOST_DEVICE float derivative_at_output(float y) const { return y * (1.f - y); }
 };
 
-// gelu(x) = x * Phi(x), with Phi the standard normal CDF (exact form).
+// gelu(x) = x * Phi(x), with Phi the standard normal CDF (exact form; erf
+// and exp from core/fast_math.hpp, which vectorise).
 struct gelu_exact {
   static constexpr bool derivative_from_output = false;
   TYPEFLOW_HOST_DEVICE float value(float x) const {
-    return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+    return 0.5f * x * (1.f + fast_erf(x * 0.70710678118654752f));
   }
   TYPEFLOW_HOST_DEVICE float derivative_at_input(float x) const {
-    const float cdf = 0.5f * (1.f + std::erf(x * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+    const float cdf = 0.5f * (1.f + fast_erf(x * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * fast_exp(-0.5f * x * x);
     return cdf + x * pdf;
   }
 };
