@@ -8,6 +8,7 @@
 #include "typeflow/distribute/multi_worker.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activations.hpp"
+#include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/batch_norm.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
