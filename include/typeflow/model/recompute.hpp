@@ -21,11 +21,7 @@ namespace typeflow {
 
 template <class... Layers>
 struct recompute {
-  static std::string type_name() {
-    std::string inner;
-    ((inner += (inner.empty() ? "" : ", ") + Layers::type_name()), ...);
-    return "recompute<" + inner + ">";
-  }
+  static std::string type_name() { return "recompute<" + detail::type_names<Layers...>() + ">"; }
 
   template <class In, class Context>
   struct bind : chain_binding<Context, In, false, Layers...> {};

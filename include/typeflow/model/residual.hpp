@@ -17,11 +17,7 @@ namespace typeflow {
 
 template <class... Layers>
 struct residual {
-  static std::string type_name() {
-    std::string inner;
-    ((inner += (inner.empty() ? "" : ", ") + Layers::type_name()), ...);
-    return "residual<" + inner + ">";
-  }
+  static std::string type_name() { return "residual<" + detail::type_names<Layers...>() + ">"; }
 
   template <class In, class Context>
   struct bind : chain_binding<Context, In, true, Layers...> {

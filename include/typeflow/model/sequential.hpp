@@ -204,11 +204,7 @@ struct network_sequential : bound_network<0, typename Input::shape_type, Input, 
 // (inside repeat<>, recompute<>, residual<> or a network).
 template <class... Layers>
 struct nested_sequential {
-  static std::string type_name() {
-    std::string inner;
-    ((inner += (inner.empty() ? "" : ", ") + Layers::type_name()), ...);
-    return "sequential<" + inner + ">";
-  }
+  static std::string type_name() { return "sequential<" + detail::type_names<Layers...>() + ">"; }
   template <class In, class Context>
   struct bind : chain_binding<Context, In, true, Layers...> {};
 };
