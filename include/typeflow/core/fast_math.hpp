@@ -16,17 +16,23 @@ namespace typeflow {
 
 // e^x = 2^n · e^r with n = round(x / ln 2) and |r| <= ln 2 / 2; e^r by its
 // degree-6 Taylor polynomial (the remainder is below 2^-25 there), 2^n built
-// in the exponent bits.
+// in the exponent bits. Every branch is a select between computed values,
+// which g++ turns into vector blends when it may assume that comparisons do
+// not trap (-fno-trapping-math, which typeflow's own targets use).
 TYPEFLOW_HOST_DEVICE float fast_exp(float x) {
   const bool overflow = x > 88.72283f;
   const bool underflow = x < -87.33654f;
   const bool nan = x != x;
-  x = nan ? 0.f : x;  // NaN must not reach the float-to-int conversion below
-  x = x < -87.33654f ? -87.33654f : x;
-  x = x > 88.72283f ? 88.72283f : x;
-  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  float clamped = nan ? 0.f : x;  // NaN must not reach the float-to-int conversion below
+  clamped = underflow ? -87.33654f : clamped;
+  clamped = overflow ? 88.72283f : clamped;
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (exact for
+  // |t| < 2^22): unlike floorf, which g++ calls out of line without
+  // -ffast-math, this keeps the loop vectorisable.
+  const float t = clamped * 1.44269504088896341f;
+  const float n = (t + 12582912.f) - 12582912.f;
   // ln 2 in two parts, so r keeps its low bits (Cody and Waite).
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+  const float r = (clamped - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
   float p = 1.f / 720.f;
   p = p * r + 1.f / 120.f;
   p = p * r + 1.f / 24.f;
@@ -34,20 +40,22 @@ TYPEFLOW_HOST_DEVICE float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  // n + 127 lies in [1, 254] after the clamp; n = 128 (x just below the
-  // overflow bound) is split in two factors so that the exponent stays valid.
-  const int k = static_cast<int>(n);
-  const int half = k / 2;
-  const float scale_a = std::bit_cast<float>(static_cast<std::uint32_t>(half + 127) << 23);
-  const float scale_b = std::bit_cast<float>(static_cast<std::uint32_t>(k - half + 127) << 23);
-  const float result = p * scale_a * scale_b;
-  return nan ? __builtin_nanf("") : overflow ? __builtin_inff() : underflow ? 0.f : result;
+  // n lies in [-126, 128]; 2^n is built as 2^half · 2^(n - half) so that both
+  // exponents stay valid at the ends.
+  const std::int32_t k = static_cast<std::int32_t>(n);
+  const std::int32_t half = k >> 1;
+  const float scale_a = std::bit_cast<float>((half + 127) << 23);
+  const float scale_b = std::bit_cast<float>((k - half + 127) << 23);
+  float result = p * scale_a * scale_b;
+  result = underflow ? 0.f : result;
+  result = overflow ? __builtin_inff() : result;
+  return nan ? x : result;
 }
 
-// erf by Abramowitz and Stegun's 7.1.26 for |x|, refined: erf(x) = 1 - t·P(t)·e^(-x²)
+// erf by Abramowitz and Stegun's 7.1.26 for |x|: erf(x) = 1 - t·P(t)·e^(-x²)
 // with t = 1 / (1 + p|x|), then the sign of x.
 TYPEFLOW_HOST_DEVICE float fast_erf(float x) {
-  const float a = x < 0.f ? -x : x;
+  const float a = __builtin_fabsf(x);
   const float t = 1.f / (1.f + 0.3275911f * a);
   float poly = 1.061405429f;
   poly = poly * t - 1.453152027f;
@@ -55,7 +63,7 @@ TYPEFLOW_HOST_DEVICE float fast_erf(float x) {
   poly = poly * t - 0.284496736f;
   poly = poly * t + 0.254829592f;
   const float y = 1.f - poly * t * fast_exp(-a * a);
-  return x < 0.f ? -y : y;
+  return __builtin_copysignf(y, x);
 }
 
 }  // namespace typeflow

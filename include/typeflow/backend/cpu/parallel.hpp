@@ -11,10 +11,17 @@ namespace typeflow::backend::cpu {
 inline constexpr std::ptrdiff_t parallel_threshold = 1 << 15;
 
 // f(i) for i in [0, n), split over the cores, vectorisable by the compiler.
+// Each thread runs its own copy of f: a functor the loop reaches through a
+// shared reference would have its captured pointers reloaded at every
+// element, which keeps g++ from vectorising the loop at all.
 template <class F>
 inline void parallel_for(std::ptrdiff_t n, F&& f) {
-#pragma omp parallel for simd schedule(static) if (n >= parallel_threshold)
-  for (std::ptrdiff_t i = 0; i < n; ++i) f(i);
+#pragma omp parallel if (n >= parallel_threshold)
+  {
+    auto local = f;
+#pragma omp for simd schedule(static)
+    for (std::ptrdiff_t i = 0; i < n; ++i) local(i);
+  }
 }
 
 // f(r) for each row r in [0, rows), rows split over the cores.
