@@ -167,8 +167,14 @@ TEST_CASE("generate refuses bad prompts and options with messages") {
   CHECK(model.generate(good, 0).empty());
 }
 
+// With attention and recompute: the decoder keeps the key/value caches even
+// where training recomputes the block.
+using attention_block = tf::sequential<tf::residual<tf::layer_norm, tf::causal_self_attention<2>>,
+                                       tf::residual<tf::layer_norm, tf::dense<4 * D>, tf::gelu, tf::dense<D>>>;
+using attention_lm = lm<tf::repeat<2, tf::recompute<attention_block>>>;
+
 TEST_CASE("generate: greedy decoding follows the full forward pass, and sampling is reproducible") {
-  tf::model<lm<mlp_block>> model{2};
+  tf::model<attention_lm> model{2};
   // The decoder's logits at position p equal the full network's at p: feed a
   // whole window through predict and compare with greedy generation from
   // its first token, one position at a time.

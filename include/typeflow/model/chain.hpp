@@ -10,9 +10,10 @@
 //   kept       each child's output (except where it aliases its input, and the
 //              last child's, which is the combinator's output buffer) and each
 //              child's workspace: what the children keep from forward to
-//              backward. Kept = false (recompute) puts these in the scratch
-//              region instead, and backward re-runs the children's forward
-//              first: the activations are not kept, they are recomputed.
+//              backward. Recompute = true puts these in the scratch region
+//              instead, and backward re-runs the children's forward first:
+//              the activations are not kept, they are recomputed (except in
+//              a decoder, whose attention caches must outlast each call).
 //   transient  three gradient buffers the children's backward passes
 //              alternate between, then the children's own scratch
 //              (always in the scratch region).
@@ -198,8 +199,11 @@ struct bind_children<Outer, In, I, Previous, Spec, Rest...> {
 }  // namespace detail
 
 // The bound facts and the executor of Specs... run as a chain from In.
-template <class Context, class In, bool Kept, class... Specs>
+template <class Context, class In, bool Recompute, class... Specs>
 struct chain_binding : layer_defaults {
+  // A decoder keeps everything: attention's key/value cache lives in its
+  // workspace and must outlast the call, so recompute does not apply there.
+  static constexpr bool Kept = !Recompute || Context::decode_length > 0;
   static_assert(sizeof...(Specs) > 0, "a combinator needs at least one layer inside it");
   using children = typename detail::bind_children<Context, In, 0, void, Specs...>::type;
   static constexpr std::size_t n = sizeof...(Specs);

@@ -24,7 +24,7 @@ struct recompute {
   static std::string type_name() { return "recompute<" + detail::type_names<Layers...>() + ">"; }
 
   template <class In, class Context>
-  struct bind : chain_binding<Context, In, false, Layers...> {};
+  struct bind : chain_binding<Context, In, true, Layers...> {};
 };
 
 }  // namespace typeflow

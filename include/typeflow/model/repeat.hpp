@@ -30,7 +30,7 @@ struct repeat_chain<Block, std::index_sequence<I...>> {
   template <std::size_t>
   using copy = Block;
   template <class Context, class In>
-  using type = chain_binding<Context, In, true, copy<I>...>;
+  using type = chain_binding<Context, In, false, copy<I>...>;
 };
 }  // namespace detail
 

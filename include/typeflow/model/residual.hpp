@@ -20,8 +20,8 @@ struct residual {
   static std::string type_name() { return "residual<" + detail::type_names<Layers...>() + ">"; }
 
   template <class In, class Context>
-  struct bind : chain_binding<Context, In, true, Layers...> {
-    using chain = chain_binding<Context, In, true, Layers...>;
+  struct bind : chain_binding<Context, In, false, Layers...> {
+    using chain = chain_binding<Context, In, false, Layers...>;
     static_assert(layer_check<layer_at<Context::position, residual>, given<In, typename chain::output_shape>,
                               std::is_same_v<typename chain::output_shape, In>>::passed,
                   "residual<Layers...>: the block must keep its input's shape, since its output is added to "

@@ -206,7 +206,7 @@ template <class... Layers>
 struct nested_sequential {
   static std::string type_name() { return "sequential<" + detail::type_names<Layers...>() + ">"; }
   template <class In, class Context>
-  struct bind : chain_binding<Context, In, true, Layers...> {};
+  struct bind : chain_binding<Context, In, false, Layers...> {};
 };
 
 template <class First, class... Rest>
