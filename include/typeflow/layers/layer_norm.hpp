@@ -116,16 +116,20 @@ struct layer_normalization {
         backend::cpu::parallel_rows(rows, n, [=](std::ptrdiff_t r) {
           const float* x = in + r * n;
           float* y = out + r * n;
-          // Two passes in double: the mean, then the squared deviations from it.
+          // Two passes in double: the mean, then the squared deviations from
+          // it (omp simd lets the double sums use vector lanes).
           double sum = 0;
+#pragma omp simd reduction(+ : sum)
           for (std::ptrdiff_t j = 0; j < n; ++j) sum += x[j];
           const double mean = sum / n;
           double squares = 0;
+#pragma omp simd reduction(+ : squares)
           for (std::ptrdiff_t j = 0; j < n; ++j) squares += (x[j] - mean) * (x[j] - mean);
           const float row_mean = static_cast<float>(mean);
           const float inverse_std = static_cast<float>(1.0 / std::sqrt(squares / n + double{Options.epsilon}));
           stats[2 * r] = row_mean;
           stats[2 * r + 1] = inverse_std;
+#pragma omp simd
           for (std::ptrdiff_t j = 0; j < n; ++j) {
             const float normalized = (x[j] - row_mean) * inverse_std;
             y[j] = (gamma ? gamma[j] * normalized : normalized) + (beta ? beta[j] : 0.f);
@@ -171,6 +175,7 @@ struct layer_normalization {
               const float* x = in + r * n;
               const float* dy = d_out + r * n;
               const float mean = stats[2 * r], inverse_std = stats[2 * r + 1];
+#pragma omp simd
               for (std::ptrdiff_t j = j0; j < j1; ++j) {
                 scale_sums[j - j0] += double{dy[j]} * ((x[j] - mean) * inverse_std);
                 offset_sums[j - j0] += dy[j];
@@ -196,6 +201,7 @@ struct layer_normalization {
           float* dx = d_in + r * n;
           const float mean = stats[2 * r], inverse_std = stats[2 * r + 1];
           double sum_g = 0, sum_g_normalized = 0;
+#pragma omp simd reduction(+ : sum_g, sum_g_normalized)
           for (std::ptrdiff_t j = 0; j < n; ++j) {
             const float g = gamma ? dy[j] * gamma[j] : dy[j];
             sum_g += g;
@@ -203,6 +209,7 @@ struct layer_normalization {
           }
           const auto mean_g = static_cast<float>(sum_g / n);
           const auto mean_g_normalized = static_cast<float>(sum_g_normalized / n);
+#pragma omp simd
           for (std::ptrdiff_t j = 0; j < n; ++j) {
             const float g = gamma ? dy[j] * gamma[j] : dy[j];
             const float normalized = (x[j] - mean) * inverse_std;
