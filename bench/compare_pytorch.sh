@@ -50,75 +50,18 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-log() { echo "== $*" >&2; }
-
 # --- 1. PyTorch ---------------------------------------------------------------
-find_torch_python() {
-  local candidate
-  for candidate in python3 /usr/bin/python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import torch' >/dev/null 2>&1; then
-      command -v "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
-
-apt_install() {
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y "$@" >&2 || { apt-get update >&2 && apt-get install -y "$@" >&2; }
-}
-
-if ! python=$(find_torch_python); then
-  log "no python3 imports torch: installing python3-torch"
-  apt_install python3-torch
-  python=$(find_torch_python) || { echo "compare_pytorch.sh: torch still not importable after installing python3-torch" >&2; exit 1; }
-fi
-
-# Which BLAS a torch process really maps after a matmul (its sgemm's library).
-torch_blas() {
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 "$python" - <<'EOF'
-import torch
-torch.rand(64, 64) @ torch.rand(64, 64)
-libs = set()
-with open("/proc/self/maps") as maps:
-    for line in maps:
-        path = line.split()[-1]
-        name = path.rsplit("/", 1)[-1]
-        if "blas" in name or "mkl" in name:
-            import os
-            real = os.path.realpath(path)
-            libs.add(path if real == path else f"{path} -> {real}")
-print("; ".join(sorted(libs)) or "none")
-EOF
-}
-
-blas=$(torch_blas)
-if [[ $blas == *"/blas/libblas.so"* && $blas != *openblas* && ${TYPEFLOW_BENCH_KEEP_BLAS:-0} != 1 ]]; then
-  log "PyTorch would run its sgemm in the reference BLAS ($blas): installing libopenblas0-pthread"
-  apt_install libopenblas0-pthread
-  blas=$(torch_blas)
-fi
+source "$root/bench/pytorch_env.sh"
+pytorch_env_setup compare_pytorch.sh
 
 # --- 2. typeflow's benchmark ----------------------------------------------------
-if [[ ! -f $build_dir/CMakeCache.txt ]]; then
-  generator=()
-  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-  log "configuring $build_dir (Release)"
-  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >&2
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
-[[ $build_type == Release ]] || log "warning: $build_dir is a '$build_type' build, not Release"
+build_type=$(configure_release_build "$build_dir")
 log "building train_step_bench"
 cmake --build "$build_dir" --target train_step_bench >&2
 bench=$build_dir/bench/train_step_bench
 
 # --- 3. Both sides ---------------------------------------------------------------
-common_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2)
-torch_env=("${common_env[@]}" OMP_WAIT_POLICY=PASSIVE
-           GLIBC_TUNABLES=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296)
-typeflow_env=("${common_env[@]}")
-if [[ $typeflow_passive == 1 ]]; then typeflow_env+=(OMP_WAIT_POLICY=PASSIVE); fi
+side_environments "$typeflow_passive"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -148,16 +91,6 @@ pytorch_rate() {
   echo "${BASH_REMATCH[1]}"
 }
 
-# cpu_busy: percent of all cores' time not idle over the next 2 seconds.
-cpu_busy() {
-  local a b a1 a2 a3 a4 a5 a6 a7 a8 b1 b2 b3 b4 b5 b6 b7 b8
-  read -r _ a1 a2 a3 a4 a5 a6 a7 a8 _ < /proc/stat
-  sleep 2
-  read -r _ b1 b2 b3 b4 b5 b6 b7 b8 _ < /proc/stat
-  a=$((a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8)); b=$((b1 + b2 + b3 + b4 + b5 + b6 + b7 + b8))
-  echo $(( 100 - 100 * ((b4 + b5) - (a4 + a5)) / (b - a > 0 ? b - a : 1) ))
-}
-
 echo "typeflow vs PyTorch: one training step (forward, loss, backward, Adam), float32, CPU"
 echo "date:      $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine:   $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(uname -r)"
@@ -169,7 +102,7 @@ echo "typeflow:  $bench ($build_type), oneDNN $(dpkg-query -W -f='${Version}' li
 echo "pytorch:   $python, torch $("$python" -c 'import torch; print(torch.__version__)')"
 echo "torch BLAS mapped: $blas"
 echo "torch.__config__.show():"
-torch_config=$("${common_env[@]}" "$python" -c 'import torch; print(torch.__config__.show())')
+torch_config=$("${typeflow_env[@]}" "$python" -c 'import torch; print(torch.__config__.show())')
 head -n 8 <<<"$torch_config" | cut -c1-160 | sed 's/^/    /'
 echo
 
