@@ -48,7 +48,6 @@ import pathlib
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 PARAM_SCALE = 0.3
 RELATIVE_TOLERANCE = 1e-4
