@@ -69,7 +69,7 @@ int main(int argc, char** argv) try {
   const std::size_t split = ids.size() * 9 / 10;
   std::vector<std::int32_t> train_ids(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(split));
   std::vector<std::int32_t> val_ids(ids.begin() + static_cast<std::ptrdiff_t>(split), ids.end());
-  std::printf("%s: %zu characters, %d distinct; %zu train, %zu validation\n", path.c_str(), ids.size(),
+  std::printf("%s: %zu characters, %zu distinct; %zu train, %zu validation\n", path.c_str(), ids.size(),
               tokenizer.vocab_size(), train_ids.size(), val_ids.size());
 
   // Training windows start anywhere (stride 1), in a fresh random order every

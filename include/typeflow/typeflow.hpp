@@ -3,6 +3,7 @@
 #pragma once
 
 #include "typeflow/core/dtype.hpp"
+#include "typeflow/core/half.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/data.hpp"
 #include "typeflow/distribute/multi_worker.hpp"

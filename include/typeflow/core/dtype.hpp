@@ -2,12 +2,15 @@
 //
 // A dtype tag carries the C++ storage type and the safetensors name. The
 // precision policies (float32 now; mixed_float16 and mixed_bfloat16 later)
-// are built from these tags, and typed_input<int32, T> will take token ids.
+// are built from these tags; float16 and bfloat16 hold the storage types of
+// core/half.hpp, and typed_input<int32, T> takes token ids.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
+
+#include "typeflow/core/half.hpp"
 
 namespace typeflow {
 
@@ -15,6 +18,18 @@ struct float32 {
   using value_type = float;
   static constexpr std::string_view name = "float32";
   static constexpr std::string_view safetensors_name = "F32";
+};
+
+struct float16 {
+  using value_type = f16;
+  static constexpr std::string_view name = "float16";
+  static constexpr std::string_view safetensors_name = "F16";
+};
+
+struct bfloat16 {
+  using value_type = bf16;
+  static constexpr std::string_view name = "bfloat16";
+  static constexpr std::string_view safetensors_name = "BF16";
 };
 
 struct int32 {
@@ -42,6 +57,14 @@ struct dtype_of;
 template <>
 struct dtype_of<float> {
   using type = float32;
+};
+template <>
+struct dtype_of<f16> {
+  using type = float16;
+};
+template <>
+struct dtype_of<bf16> {
+  using type = bfloat16;
 };
 template <>
 struct dtype_of<std::int32_t> {
