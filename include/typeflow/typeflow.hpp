@@ -27,6 +27,8 @@
 #include "typeflow/model/residual.hpp"
 #include "typeflow/model/sequential.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/precision/policy.hpp"
 #include "typeflow/regularizers/regularizers.hpp"
 #include "typeflow/schedules/schedules.hpp"
 #include "typeflow/text/text.hpp"

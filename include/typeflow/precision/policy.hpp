@@ -1,0 +1,43 @@
+// Precision policies as types: where variables live, what layers compute in,
+// and what a layer hands on (Keras's mixed_precision.Policy).
+//
+//   policy<Param, Compute, Output>   e.g. policy<float32, bfloat16, float32>
+//   float32_policy                   everything float32
+//   mixed_float16                    float32 variables, float16 compute, loss scaling
+//   mixed_bfloat16                   float32 variables, bfloat16 compute, no loss scaling
+//
+// Only the types exist so far: model<Net, Policy> still accepts float32
+// alone (issue 6 wires the policies into the layers and the step).
+#pragma once
+
+#include <type_traits>
+
+#include "typeflow/core/dtype.hpp"
+
+namespace typeflow {
+
+template <class Param, class Compute, class Output = Compute>
+struct policy {
+  static_assert(std::is_same_v<Param, float32>,
+                "policy<Param, Compute, Output>: variables (master weights) are float32");
+  static_assert(std::is_same_v<Compute, float32> || std::is_same_v<Compute, float16> ||
+                    std::is_same_v<Compute, bfloat16>,
+                "policy<Param, Compute, Output>: layers compute in float32, float16 or bfloat16");
+  using param_type = Param;
+  using compute_type = Compute;
+  using output_type = Output;
+  // float16's range is narrow enough that small gradients underflow: its
+  // policies scale the loss (Keras does the same); bfloat16 keeps float32's range.
+  static constexpr bool loss_scaling = std::is_same_v<Compute, float16>;
+};
+
+using float32_policy = policy<float32, float32, float32>;
+using mixed_float16 = policy<float32, float16, float16>;
+using mixed_bfloat16 = policy<float32, bfloat16, bfloat16>;
+
+template <class T>
+inline constexpr bool is_policy_v = false;
+template <class P, class C, class O>
+inline constexpr bool is_policy_v<policy<P, C, O>> = true;
+
+}  // namespace typeflow
