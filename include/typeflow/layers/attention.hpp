@@ -532,7 +532,7 @@ struct causal_self_attention {
       void backward() {
         if constexpr (!decoding) {
           proj_kernel_grad_.run();
-          column_sums(io_.d_out, D, io_.grads + params::template offset<3>);
+          backend::cpu::column_sums(io_.d_out, rows, D, io_.grads + params::template offset<3>);
           proj_input_grad_.run();
           const bool drop = with_dropout && io_.run && io_.run->training;
           for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
@@ -770,21 +770,6 @@ struct causal_self_attention {
 #pragma omp simd
             for (int d = 0; d < hd; ++d) y[d] += weight * value[d];
           }
-        }
-      }
-
-      // out[c] = sum over the rows of m (rows, cols)[r][c].
-      static void column_sums(const float* m, int cols, float* out) {
-#pragma omp parallel for schedule(static) if (std::ptrdiff_t{rows} * cols >= backend::cpu::parallel_threshold)
-        for (int c0 = 0; c0 < cols; c0 += 64) {
-          const int c1 = c0 + 64 < cols ? c0 + 64 : cols;
-          float sums[64] = {};
-          for (int r = 0; r < rows; ++r) {
-            const float* row = m + static_cast<std::ptrdiff_t>(r) * cols;
-#pragma omp simd
-            for (int c = c0; c < c1; ++c) sums[c - c0] += row[c];
-          }
-          for (int c = c0; c < c1; ++c) out[c] = sums[c - c0];
         }
       }
 

@@ -101,21 +101,7 @@ struct dense {
 
      private:
       // d_bias (units) = the column sums of d_out (rows, units).
-      void bias_gradient() {
-        float* d_bias = io_.grads + params::template offset<1>;
-        const float* d_out = io_.d_out;
-#pragma omp parallel for schedule(static) if (rows * units >= backend::cpu::parallel_threshold)
-        for (int u0 = 0; u0 < units; u0 += 64) {
-          const int u1 = u0 + 64 < units ? u0 + 64 : units;
-          float sums[64] = {};
-          for (int r = 0; r < rows; ++r) {
-            const float* row = d_out + static_cast<std::ptrdiff_t>(r) * units;
-#pragma omp simd
-            for (int u = u0; u < u1; ++u) sums[u - u0] += row[u];
-          }
-          for (int u = u0; u < u1; ++u) d_bias[u] = sums[u - u0];
-        }
-      }
+      void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, io_.grads + params::template offset<1>); }
 
       layer_io io_;
       backend::cpu::matmul forward_, kernel_grad_, input_grad_;

@@ -31,4 +31,20 @@ inline void parallel_rows(std::ptrdiff_t rows, std::ptrdiff_t row_size, F&& f) {
   for (std::ptrdiff_t r = 0; r < rows; ++r) f(r);
 }
 
+// out[c] = the sum over the rows of m (rows, cols), row-major: a bias's
+// gradient. Threads take blocks of 64 columns, so no two write one sum.
+inline void column_sums(const float* m, std::ptrdiff_t rows, int cols, float* out) {
+#pragma omp parallel for schedule(static) if (rows * cols >= parallel_threshold)
+  for (int c0 = 0; c0 < cols; c0 += 64) {
+    const int c1 = c0 + 64 < cols ? c0 + 64 : cols;
+    float sums[64] = {};
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      const float* row = m + r * cols;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) sums[c - c0] += row[c];
+    }
+    for (int c = c0; c < c1; ++c) out[c] = sums[c - c0];
+  }
+}
+
 }  // namespace typeflow::backend::cpu
