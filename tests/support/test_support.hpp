@@ -1,8 +1,10 @@
-// Helpers shared by the test files: a scratch directory and error messages.
+// Helpers shared by the test files: a scratch directory, a dataset's
+// elements, and error messages.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -51,6 +53,24 @@ std::string message_of(Call&& call) {
     return error.what();
   }
   return "";
+}
+
+// Every element of one pass over a dataset, in order.
+template <class Dataset>
+std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
+  std::vector<typename Dataset::element_type> out;
+  auto cursor = dataset.open(epoch);
+  typename Dataset::element_type element{};
+  while (cursor.next(element)) out.push_back(element);
+  return out;
+}
+
+// The label (a scalar class id) of every element of one pass.
+template <class Dataset>
+std::vector<std::int32_t> labels_of(const Dataset& dataset, std::uint64_t epoch = 0) {
+  std::vector<std::int32_t> out;
+  for (const auto& element : collect(dataset, epoch)) out.push_back(element.label[0]);
+  return out;
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -22,6 +22,8 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/reference_json.hpp"
+
 namespace tf = typeflow;
 using json = nlohmann::json;
 
@@ -239,12 +241,7 @@ float64_result float64_attention(H& h, int batch, int T, int D, int heads) {
 // The PyTorch fixture.
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "attention.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path.string());
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("attention.json");
   return document;
 }
 

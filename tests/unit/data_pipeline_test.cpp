@@ -35,28 +35,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using typeflow::testing::collect;
+using typeflow::testing::labels_of;
 using typeflow::testing::contains;
 using typeflow::testing::message_of;
 
 struct temp_dir : typeflow::testing::temp_dir {
   temp_dir() : typeflow::testing::temp_dir("typeflow_data_pipeline_test") {}
 };
-
-template <class Dataset>
-std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
-  std::vector<typename Dataset::element_type> out;
-  auto cursor = dataset.open(epoch);
-  typename Dataset::element_type element{};
-  while (cursor.next(element)) out.push_back(element);
-  return out;
-}
-
-template <class Dataset>
-std::vector<std::int32_t> labels_of(const Dataset& dataset, std::uint64_t epoch = 0) {
-  std::vector<std::int32_t> out;
-  for (const auto& element : collect(dataset, epoch)) out.push_back(element.label[0]);
-  return out;
-}
 
 using scalar_label = data::tensor_value<std::int32_t, shape<>>;
 using counting_element = data::example<data::tensor_value<float, shape<1>>, scalar_label>;

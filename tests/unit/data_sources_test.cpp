@@ -30,21 +30,13 @@ using typeflow::shape;
 
 namespace {
 
+using typeflow::testing::collect;
 using typeflow::testing::contains;
 using typeflow::testing::message_of;
 
 struct temp_dir : typeflow::testing::temp_dir {
   temp_dir() : typeflow::testing::temp_dir("typeflow_data_sources_test") {}
 };
-
-template <class Dataset>
-std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
-  std::vector<typename Dataset::element_type> out;
-  auto cursor = dataset.open(epoch);
-  typename Dataset::element_type element{};
-  while (cursor.next(element)) out.push_back(element);
-  return out;
-}
 
 
 

@@ -30,6 +30,8 @@ using typeflow::shape;
 
 namespace {
 
+using typeflow::testing::collect;
+using typeflow::testing::labels_of;
 using typeflow::testing::contains;
 using typeflow::testing::message_of;
 
@@ -38,24 +40,6 @@ struct temp_dir : typeflow::testing::temp_dir {
 };
 
 // ---- helpers -----------------------------------------------------------------
-
-// Every element of one pass, in order.
-template <class Dataset>
-std::vector<typename Dataset::element_type> collect(const Dataset& dataset, std::uint64_t epoch = 0) {
-  std::vector<typename Dataset::element_type> out;
-  auto cursor = dataset.open(epoch);
-  typename Dataset::element_type element{};
-  while (cursor.next(element)) out.push_back(element);
-  return out;
-}
-
-// The label (a scalar class id) of every element of one pass.
-template <class Dataset>
-std::vector<std::int32_t> labels_of(const Dataset& dataset, std::uint64_t epoch = 0) {
-  std::vector<std::int32_t> out;
-  for (const auto& element : collect(dataset, epoch)) out.push_back(element.label[0]);
-  return out;
-}
 
 // n samples of one float feature each, feature i = 10 * i, label i = i.
 auto counting(int n) {

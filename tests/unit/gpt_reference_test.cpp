@@ -13,6 +13,8 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/reference_json.hpp"
+
 namespace tf = typeflow;
 using json = nlohmann::json;
 
@@ -27,12 +29,7 @@ using tiny_gpt = tf::sequential<tf::typed_input<tf::int32, T>, tf::embedding<V, 
                                 tf::repeat<2, block>, layer_norm, Head>;
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "gpt.json";
-    std::ifstream in(path);
-    REQUIRE_MESSAGE(in.good(), "cannot open " << path);
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("gpt.json");
   return document;
 }
 

@@ -21,6 +21,8 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/reference_json.hpp"
+
 namespace tf = typeflow;
 using json = nlohmann::json;
 
@@ -174,12 +176,7 @@ void check_against_finite_differences(Harness& h) {
 }
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "normalization.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path.string());
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("normalization.json");
   return document;
 }
 

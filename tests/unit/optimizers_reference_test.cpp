@@ -26,6 +26,8 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/reference_json.hpp"
+
 namespace tf = typeflow;
 namespace opt = typeflow::optimizers;
 using json = nlohmann::json;
@@ -39,12 +41,7 @@ using batch_type = tf::data::batch_of<batch_size, tf::data::tensor_value<float, 
 using parameters = std::map<std::string, std::vector<float>>;
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "optimizers.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path.string());
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("optimizers.json");
   return document;
 }
 

@@ -15,18 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "../support/reference_json.hpp"
+
 namespace sch = typeflow::schedules;
 using json = nlohmann::json;
 
 namespace {
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "schedules.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path.string());
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("schedules.json");
   return document;
 }
 

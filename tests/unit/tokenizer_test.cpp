@@ -25,6 +25,7 @@
 #include <typeflow/text/text.hpp>
 
 #include "../support/test_support.hpp"
+#include "../support/reference_json.hpp"
 
 namespace text = typeflow::text;
 using typeflow::testing::contains;
@@ -68,12 +69,7 @@ std::string moby_dick() {
 }
 
 const json& reference() {
-  static const json document = [] {
-    const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "reference" / "gpt2_bpe.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path.string());
-    return json::parse(in);
-  }();
+  static const json document = typeflow::testing::read_reference("gpt2_bpe.json");
   return document;
 }
 
