@@ -405,6 +405,9 @@ struct chain_binding : layer_defaults {
       }(std::make_index_sequence<n>{});
     }
 
+   protected:
+    const layer_io& io() const { return io_; }  // for residual's skip connection
+
    private:
     float* output(int slot) const {
       if (slot == from_input) return const_cast<float*>(io_.in);

@@ -39,26 +39,23 @@ struct residual {
       static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
 
      public:
-      explicit executor(const layer_io& io) : base(io), io_(io) {}
+      explicit executor(const layer_io& io) : base(io) {}
 
       void forward() {
         base::forward();
-        float* out = io_.out;
-        const float* in = io_.in;
+        float* out = base::io().out;
+        const float* in = base::io().in;
         backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] += in[i]; });
       }
 
       // d_in = d_out (the skip) + the block's gradient.
       void backward() {
         base::backward();
-        if (!io_.d_in) return;
-        float* d_in = io_.d_in;
-        const float* d_out = io_.d_out;
+        float* d_in = base::io().d_in;
+        if (!d_in) return;
+        const float* d_out = base::io().d_out;
         backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { d_in[i] += d_out[i]; });
       }
-
-     private:
-      layer_io io_;
     };
   };
 };
