@@ -29,6 +29,7 @@
 #include "typeflow/optimizers/optimizers.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/precision/policy.hpp"
+#include "typeflow/precision/storage.hpp"
 #include "typeflow/regularizers/regularizers.hpp"
 #include "typeflow/schedules/schedules.hpp"
 #include "typeflow/text/text.hpp"

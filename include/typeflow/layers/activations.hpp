@@ -5,6 +5,9 @@
 // relu, tanh and sigmoid right after a dense run inside its matmul (a oneDNN
 // post-op): their output is the dense's output, and their backward multiplies
 // the gradient in place by the derivative taken from that output.
+//
+// They keep their input's dtype: under a 16-bit policy they read and write
+// 16-bit storage and compute each element in float32.
 #pragma once
 
 #include <cstddef>
@@ -33,19 +36,24 @@ struct activation {
     static constexpr bool output_aliases_input = fused;
     static constexpr bool gradient_in_place = true;
     static constexpr std::size_t flops_per_sample = fused ? 0 : In::size;
+    using compute_dtype = typename Context::precision::input;
+    using output_dtype = typename Context::precision::input;
 
     template <int Batch>
     class executor : public executor_defaults {
       static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
+      using value = typename output_dtype::value_type;  // float, f16 or bf16
 
      public:
       explicit executor(const layer_io& io) : io_(io) {}
 
       void forward() {
         if constexpr (!fused) {
-          const float* in = io_.in;
-          float* out = io_.out;
-          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = Functor{}.value(in[i]); });
+          const value* in = reinterpret_cast<const value*>(io_.in);
+          value* out = reinterpret_cast<value*>(io_.out);
+          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
+            out[i] = value(Functor{}.value(static_cast<float>(in[i])));
+          });
         }
       }
 
@@ -54,14 +62,14 @@ struct activation {
         if (!io_.d_in) return;
         float* grad = io_.d_in;
         if constexpr (Functor::derivative_from_output) {
-          const float* out = io_.out;
+          const value* out = reinterpret_cast<const value*>(io_.out);
           backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
-            grad[i] *= Functor{}.derivative_at_output(out[i]);
+            grad[i] *= Functor{}.derivative_at_output(static_cast<float>(out[i]));
           });
         } else {
-          const float* in = io_.in;
+          const value* in = reinterpret_cast<const value*>(io_.in);
           backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
-            grad[i] *= Functor{}.derivative_at_input(in[i]);
+            grad[i] *= Functor{}.derivative_at_input(static_cast<float>(in[i]));
           });
         }
       }
@@ -86,5 +94,7 @@ template <>
 inline constexpr epilogue fusable_epilogue<sigmoid> = epilogue::sigmoid;
 template <int Units, class... Options>
 inline constexpr bool fuses_epilogue<dense<Units, Options...>> = true;
+template <class Functor, epilogue Epilogue, fixed_string Name>
+inline constexpr dtype_flow dtype_flow_of<activation<Functor, Epilogue, Name>> = dtype_flow::passes_through;
 
 }  // namespace typeflow

@@ -6,15 +6,26 @@
 //   output  (B, ..., Units)
 //
 // Options: kernel_initializer<I>, bias_initializer<I>, kernel_regularizer<R>,
-// bias_regularizer<R>, e.g. dense<64, kernel_initializer<initializers::he_normal>>.
+// bias_regularizer<R>, and a dtype (float32, float16, bfloat16) that overrides
+// the policy's compute dtype for this layer, e.g.
+// dense<64, kernel_initializer<initializers::he_normal>> or dense<10, float32>.
 //
 // When a relu, tanh or sigmoid follows, it runs inside the matmul as a oneDNN
 // post-op and the activation layer only applies its derivative in backward.
+//
+// In a 16-bit compute dtype (mixed_float16, mixed_bfloat16) the kernel stays
+// float32 (the master weights) and the product sees it, the input, the output
+// and every gradient rounded to 16 bits, with float32 accumulation. oneDNN
+// 2.6 has no 16-bit matmul for AVX2 CPUs, so the rounded values are held in
+// float32 and the product runs in float32 (precision/storage.hpp); the output
+// is stored in 16 bits when the layers after it read 16 bits.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/backend/cpu/parallel.hpp"
@@ -22,6 +33,7 @@
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/storage.hpp"
 
 namespace typeflow {
 
@@ -39,15 +51,25 @@ struct dense {
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>, (In::rank >= 1)>::passed,
                   "dense<Units>: the input needs at least one axis; dense works over the last one");
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
-                              (detail::is_known_option<Options> && ...)>::passed,
+                              ((detail::is_known_option<Options> || detail::is_dtype_option<Options>) && ...)>::passed,
                   "dense<Units, Options...>: each option must be kernel_initializer<>, bias_initializer<>, "
-                  "kernel_regularizer<> or bias_regularizer<>");
+                  "kernel_regularizer<>, bias_regularizer<> or a dtype (float32, float16, bfloat16)");
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
                               option_count<kernel_initializer, Options...> <= 1 &&
                                   option_count<bias_initializer, Options...> <= 1 &&
                                   option_count<kernel_regularizer, Options...> <= 1 &&
-                                  option_count<bias_regularizer, Options...> <= 1>::passed,
+                                  option_count<bias_regularizer, Options...> <= 1 &&
+                                  dtype_option_count<Options...> <= 1>::passed,
                   "dense<Units, Options...>: each kind of option may be given once");
+    using input_dtype = typename Context::precision::input;
+    static_assert(layer_check<layer_at<Context::position, dense>, given<In, input_dtype>,
+                              !std::is_same_v<input_dtype, int32>>::passed,
+                  "dense<Units>: the input holds int32 token ids; put an embedding<Vocab, Dim> before the dense");
+
+    using compute_dtype = dtype_option_t<typename Context::precision::compute, Options...>;
+    static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
+    using output_dtype =
+        std::conditional_t<low_precision && Context::precision::hand_on_compute, compute_dtype, float32>;
 
     static constexpr int units = Units > 0 ? Units : 1;  // keeps one error per mistake
     static constexpr int in_features = In::template dim<-1>;
@@ -62,6 +84,18 @@ struct dense {
               option_t<bias_regularizer, regularizers::none, Options...>>>;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
     static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
+
+    // 16 bits: the kernel and bias rounded, kept for the step's backward;
+    // the input rounded (and the output before it is stored in 16 bits) in scratch.
+    static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
+    static constexpr std::size_t bias_floats = aligned_floats(units);
+    static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
+    // A 16-bit input is read through a float32 copy, whatever this layer computes in.
+    static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;
+    static constexpr std::size_t workspace_bytes_per_step = low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0;
+    static constexpr std::size_t scratch_bytes_per_sample =
+        copies_input ? rows_per_sample * (in_features + (stores_16bit ? units : 0)) * sizeof(float) : 0;
+    static constexpr std::size_t scratch_bytes_per_step = copies_input ? arena_alignment : 0;
 
     template <int Batch>
     class executor {
@@ -86,20 +120,76 @@ struct dense {
       void bind(std::byte* scratchpad) {
         const float* kernel = io_.params + params::template offset<0>;
         const float* bias = io_.params + params::template offset<1>;
-        forward_.bind(io_.in, kernel, bias, io_.out, scratchpad);
-        kernel_grad_.bind(io_.in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
+        const float* in = io_.in;
+        float* out = io_.out;
+        if constexpr (low_precision) {
+          kernel = rounded_kernel();
+          bias = rounded_kernel() + kernel_floats;
+        }
+        if constexpr (copies_input) in = rounded_input();
+        if constexpr (stores_16bit) out = output_before_storing();
+        forward_.bind(in, kernel, bias, out, scratchpad);
+        kernel_grad_.bind(in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
         if (io_.d_in) input_grad_.bind(io_.d_out, kernel, nullptr, io_.d_in, scratchpad);
       }
 
-      void forward() { forward_.run(); }
+      void forward() {
+        if constexpr (low_precision) {
+          // The weights as this step's product sees them (Keras casts them at each call).
+          float* kernel = rounded_kernel();
+          std::memcpy(kernel, io_.params, (kernel_floats + bias_floats) * sizeof(float));
+          precision::round_in_place<compute_dtype>(kernel, kernel_floats + bias_floats);
+        }
+        if constexpr (copies_input) round_input();
+        forward_.run();
+        if constexpr (stores_16bit)
+          precision::from_float<compute_dtype>(output_before_storing(),
+                                               reinterpret_cast<typename compute_dtype::value_type*>(io_.out),
+                                               output_count);
+        else if constexpr (low_precision)
+          precision::round_in_place<compute_dtype>(io_.out, output_count);
+      }
 
       void backward() {
+        // The gradient arriving here is held in 16 bits (it is this layer's
+        // to use up), and the input is copied again: scratch does not
+        // outlive a call.
+        if constexpr (low_precision) precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
+        if constexpr (copies_input) round_input();
         kernel_grad_.run();
         bias_gradient();
-        if (io_.d_in) input_grad_.run();
+        if constexpr (low_precision)
+          precision::round_in_place<compute_dtype>(io_.grads, kernel_floats + static_cast<std::size_t>(units));
+        if (io_.d_in) {
+          input_grad_.run();
+          if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
+        }
       }
 
      private:
+      static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * in_features;
+      static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
+
+      float* rounded_kernel() const { return reinterpret_cast<float*>(io_.workspace); }
+      float* rounded_input() const { return reinterpret_cast<float*>(io_.scratch); }
+      float* output_before_storing() const {
+        return reinterpret_cast<float*>(io_.scratch + align_up(input_count * sizeof(float)));
+      }
+      // The input as float32, holding values of the compute dtype.
+      void round_input() {
+        if constexpr (std::is_same_v<input_dtype, float32>) {
+          std::memcpy(rounded_input(), io_.in, input_count * sizeof(float));
+          precision::round_in_place<compute_dtype>(rounded_input(), input_count);
+        } else {
+          // Stored in 16 bits: a float32 layer reads the values as they are,
+          // a 16-bit one of the other kind rounds them again.
+          precision::to_float<input_dtype>(reinterpret_cast<const typename input_dtype::value_type*>(io_.in),
+                                           rounded_input(), input_count);
+          if constexpr (low_precision && !std::is_same_v<input_dtype, compute_dtype>)
+            precision::round_in_place<compute_dtype>(rounded_input(), input_count);
+        }
+      }
+
       // d_bias (units) = the column sums of d_out (rows, units).
       void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, io_.grads + params::template offset<1>); }
 
@@ -108,5 +198,9 @@ struct dense {
     };
   };
 };
+
+// dense converts whatever dtype its input is stored in.
+template <int Units, class... Options>
+inline constexpr dtype_flow dtype_flow_of<dense<Units, Options...>> = dtype_flow::any;
 
 }  // namespace typeflow

@@ -5,6 +5,8 @@
 //   input (B, ...) -> output (B, ...), no parameters; keeps a byte mask per
 //   element from forward to backward.
 //
+// It keeps its input's dtype (16-bit storage under a 16-bit policy).
+//
 // The mask of element i at step s is a pure function of (model seed, layer
 // position, s, i), so a seeded run reproduces bit for bit.
 #pragma once
@@ -39,20 +41,23 @@ struct dropout {
     static constexpr bool gradient_in_place = true;
     static constexpr std::size_t workspace_bytes_per_sample = In::size;  // the keep mask
     static constexpr std::size_t flops_per_sample = In::size;
+    using compute_dtype = typename Context::precision::input;
+    using output_dtype = typename Context::precision::input;
 
     template <int Batch>
     class executor : public executor_defaults {
       static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
+      using value = typename output_dtype::value_type;  // float, f16 or bf16
       static constexpr float scale = 1.f / (1.f - Rate);
 
      public:
       explicit executor(const layer_io& io) : io_(io) {}
 
       void forward() {
-        const float* in = io_.in;
-        float* out = io_.out;
+        const value* in = reinterpret_cast<const value*>(io_.in);
+        value* out = reinterpret_cast<value*>(io_.out);
         if (!io_.run->training || Rate == 0.f) {
-          std::memcpy(out, in, sizeof(float) * count);
+          std::memcpy(out, in, sizeof(value) * count);
           return;
         }
         auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
@@ -70,13 +75,13 @@ struct dropout {
               const std::ptrdiff_t i = b * 4 + j;
               const bool kept = (words[j] >> 8) >= threshold;
               keep[i] = kept;
-              out[i] = kept ? in[i] * scale : 0.f;
+              out[i] = value(kept ? static_cast<float>(in[i]) * scale : 0.f);
             }
           }
         }
         for (std::ptrdiff_t i = blocks * 4; i < count; ++i) {
           keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
-          out[i] = keep[i] ? in[i] * scale : 0.f;
+          out[i] = value(keep[i] ? static_cast<float>(in[i]) * scale : 0.f);
         }
       }
 
@@ -92,5 +97,8 @@ struct dropout {
     };
   };
 };
+
+template <float Rate>
+inline constexpr dtype_flow dtype_flow_of<dropout<Rate>> = dtype_flow::passes_through;
 
 }  // namespace typeflow

@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "typeflow/core/dtype.hpp"
 #include "typeflow/regularizers/regularizers.hpp"
 
 namespace typeflow {
@@ -44,11 +45,11 @@ template <template <class> class Kind, class Default, class... Options>
 struct find_option {
   using type = Default;
 };
+// Inherits `type` from the matching option (or the search's rest), so that
+// options without a nested type (dtypes) are never asked for one.
 template <template <class> class Kind, class Default, class First, class... Rest>
-struct find_option<Kind, Default, First, Rest...> {
-  using type = std::conditional_t<is_option_of<Kind, First>, typename First::type,
-                                  typename find_option<Kind, Default, Rest...>::type>;
-};
+struct find_option<Kind, Default, First, Rest...>
+    : std::conditional_t<is_option_of<Kind, First>, First, find_option<Kind, Default, Rest...>> {};
 
 // The options a normalization layer takes (gamma, the scale; beta, the offset).
 template <class Option>
@@ -59,7 +60,27 @@ template <class Option>
 inline constexpr bool is_known_option =
     is_option_of<kernel_initializer, Option> || is_option_of<bias_initializer, Option> ||
     is_option_of<kernel_regularizer, Option> || is_option_of<bias_regularizer, Option>;
+// A dtype among a layer's options overrides the policy's compute dtype for
+// that layer, as Keras's dtype="float32" on an output layer: dense<10, float32>.
+template <class Option>
+inline constexpr bool is_dtype_option =
+    std::is_same_v<Option, float32> || std::is_same_v<Option, float16> || std::is_same_v<Option, bfloat16>;
+
+template <class Default, class... Options>
+struct find_dtype_option {
+  using type = Default;
+};
+template <class Default, class First, class... Rest>
+struct find_dtype_option<Default, First, Rest...> {
+  using type = std::conditional_t<is_dtype_option<First>, First, typename find_dtype_option<Default, Rest...>::type>;
+};
 }  // namespace detail
+
+// The dtype option among Options, or Default (the policy's compute dtype).
+template <class Default, class... Options>
+using dtype_option_t = typename detail::find_dtype_option<Default, Options...>::type;
+template <class... Options>
+inline constexpr int dtype_option_count = (0 + ... + detail::is_dtype_option<Options>);
 
 // The option of kind Kind among Options, or Default.
 template <template <class> class Kind, class Default, class... Options>

@@ -3,7 +3,8 @@
 //   flatten:          (B, d1, ..., dn) -> (B, d1 * ... * dn)
 //   reshape<Dims...>: (B, ...)         -> (B, Dims...), same element count
 //
-// Both are free: their output and gradient share their input's buffers.
+// Both are free: their output and gradient share their input's buffers, and
+// their output keeps the input's dtype.
 #pragma once
 
 #include <string>
@@ -29,6 +30,8 @@ struct flatten {
     using output_shape = flat_shape_t<In>;
     static constexpr bool output_aliases_input = true;
     static constexpr bool gradient_in_place = true;
+    using compute_dtype = typename Context::precision::input;
+    using output_dtype = typename Context::precision::input;
     template <int Batch>
     using executor = view_executor;
   };
@@ -59,9 +62,16 @@ struct reshape {
     using output_shape = shape<Dims...>;
     static constexpr bool output_aliases_input = true;
     static constexpr bool gradient_in_place = true;
+    using compute_dtype = typename Context::precision::input;
+    using output_dtype = typename Context::precision::input;
     template <int Batch>
     using executor = view_executor;
   };
 };
+
+template <>
+inline constexpr dtype_flow dtype_flow_of<flatten> = dtype_flow::passes_through;
+template <int... Dims>
+inline constexpr dtype_flow dtype_flow_of<reshape<Dims...>> = dtype_flow::passes_through;
 
 }  // namespace typeflow

@@ -15,11 +15,49 @@
 #include <tuple>
 
 #include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/core/dtype.hpp"
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/regularizers/regularizers.hpp"
 
 namespace typeflow {
+
+// A layer's precision, decided when the network is bound under a policy
+// (precision/policy.hpp): Compute is the policy's compute dtype, which a
+// layer may override for itself (dense<10, float32>); Input is how the
+// previous layer stored this layer's input; HandOnCompute says whether the
+// layers after this one read 16-bit values, so that it may store its output
+// in its compute dtype. Otherwise outputs are float32: every layer that
+// cannot read 16 bits (layer_norm, attention, the loss, ...) gets float32
+// input, and nothing is converted between layers.
+template <class Compute = float32, class Input = float32, bool HandOnCompute = false>
+struct layer_precision {
+  using compute = Compute;
+  using input = Input;
+  static constexpr bool hand_on_compute = HandOnCompute;
+};
+
+// How a layer spec takes 16-bit input: not at all (the default; the layer
+// before it stores float32), as any dtype it converts itself (dense), or by
+// passing the dtype through unchanged (element-wise layers and views), in
+// which case it can take 16 bits when the layer after it can.
+enum class dtype_flow { float32_only, any, passes_through };
+template <class Spec>
+inline constexpr dtype_flow dtype_flow_of = dtype_flow::float32_only;
+
+// Whether the layers from position I of the spec tuple Specs on read 16-bit
+// input (past the end is the loss, which reads float32).
+template <class Specs, std::size_t I>
+constexpr bool reads_16bit_from() {
+  if constexpr (I >= std::tuple_size_v<Specs>) {
+    return false;
+  } else {
+    constexpr dtype_flow flow = dtype_flow_of<std::tuple_element_t<I, Specs>>;
+    if constexpr (flow == dtype_flow::any) return true;
+    else if constexpr (flow == dtype_flow::passes_through) return reads_16bit_from<Specs, I + 1>();
+    else return false;
+  }
+}
 
 // Where a layer sits: its index in the sequential (input is 0), and the specs
 // before and after it (void at the ends), so that a matmul can fuse the
@@ -35,9 +73,14 @@ namespace typeflow {
 // combinator: dropout draws its masks from it, so two dropouts in two
 // repeated blocks never draw the same mask. Nested is true inside a
 // combinator, whose root names the parameters (see model/chain.hpp).
+//
+// Precision is a layer_precision<>. Combinators bind their children in
+// float32 for now (nested_context keeps the default).
 template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void,
-          std::uint64_t Salt = static_cast<std::uint64_t>(Position), bool Nested = false>
+          std::uint64_t Salt = static_cast<std::uint64_t>(Position), bool Nested = false,
+          class Precision = layer_precision<>>
 struct layer_context {
+  using precision = Precision;
   static constexpr int position = Position;
   static constexpr int decode_length = DecodeLength;
   static constexpr std::uint64_t salt = Salt;
@@ -193,6 +236,10 @@ struct layer_defaults {
   // Whether its parameters' names are whole ("blocks.3.attn.qkv.kernel")
   // rather than relative to "layers.<position>." (repeat<> at the top level).
   static constexpr bool absolute_names = false;
+  // The dtype it computes in, and the one it stores its output in (see
+  // layer_precision); layers that know only float32 keep these.
+  using compute_dtype = float32;
+  using output_dtype = float32;
 };
 
 // What executors without library primitives share: no scratchpad to bind.

@@ -5,9 +5,12 @@
 //   gradients       (P floats)         same layout as the parameters
 //   optimizer slots (Slots x P floats) e.g. adam's m and v
 //   activations     one (Batch, shape) buffer per layer output, except where
-//                   a layer's output is its input's buffer (flatten, fused relu)
-//   gradient buffers two (Batch, max shape) buffers the backward pass
-//                   alternates between (in-place layers stay on one)
+//                   a layer's output is its input's buffer (flatten, fused relu),
+//                   in the layer's output dtype (2 bytes an element where a
+//                   16-bit policy stores it in 16 bits)
+//   gradient buffers two (Batch, max shape) float32 buffers the backward pass
+//                   alternates between (in-place layers stay on one); a layer
+//                   that computes in 16 bits rounds the gradients it writes
 //   workspaces      per-layer bytes kept from forward to backward (dropout masks,
 //                   attention probabilities, a combinator's inner activations)
 //   scratch         bytes a layer needs only during one forward or backward
@@ -57,6 +60,10 @@ struct memory_plan {
     return offsets;
   }();
 
+  static constexpr std::size_t output_bytes(std::size_t i) {
+    return align_up(Batch * Net::output_sizes[i] * Net::output_element_bytes[i]);
+  }
+
   // Layer i's output buffer.
   static constexpr auto activation_offset = [] {
     std::array<std::size_t, layer_count> offsets{};
@@ -66,7 +73,7 @@ struct memory_plan {
         offsets[i] = offsets[i - 1];
       } else {
         offsets[i] = at;
-        at += align_up(Batch * Net::output_sizes[i] * sizeof(float));
+        at += output_bytes(i);
       }
     }
     return offsets;
@@ -75,7 +82,7 @@ struct memory_plan {
     std::size_t end = activations_offset;
     for (std::size_t i = 0; i < layer_count; ++i)
       if (i == 0 || !Net::output_aliases_input[i])
-        end = activation_offset[i] + align_up(Batch * Net::output_sizes[i] * sizeof(float));
+        end = activation_offset[i] + output_bytes(i);
     return end;
   }();
   static constexpr std::size_t activation_bytes = activations_end - activations_offset;

@@ -19,6 +19,7 @@
 #include "typeflow/layers/input.hpp"
 #include "typeflow/model/chain.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -31,6 +32,7 @@ namespace detail {
 // token ids are stored in their 4-byte slots of the float buffer as they are).
 template <class Input, class Shape = typename Input::shape_type>
 struct bound_input : layer_defaults {
+  using output_dtype = typename Input::dtype;  // float32 features or int32 token ids
   using input_shape = Shape;
   using output_shape = Shape;
   template <int Batch>
@@ -46,7 +48,7 @@ using spec_or_void = std::conditional_t<(I < std::tuple_size_v<Tuple>),
                                         std::tuple_element<(I < std::tuple_size_v<Tuple> ? I : 0), Tuple>,
                                         std::type_identity<void>>;
 
-template <int DecodeLength, class InputShape, class... Specs>
+template <int DecodeLength, class InputShape, class Policy, class... Specs>
 struct bind_layers {
   using specs = std::tuple<Specs...>;
   static constexpr std::size_t count = sizeof...(Specs);
@@ -64,7 +66,13 @@ struct bind_layers {
         constexpr std::size_t I = decltype(index)::value;
         using previous = typename decltype(+boost::hana::back(so_far))::type;
         using spec = spec_at<I>;
-        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs>;
+        // Under a 16-bit policy a layer may store its output in 16 bits
+        // when the layers after it read 16 bits (see layer_precision).
+        using precision =
+            layer_precision<typename Policy::compute_type, typename previous::output_dtype,
+                            !std::is_same_v<typename Policy::compute_type, float32> && reads_16bit_from<specs, I + 1>()>;
+        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs,
+                                      static_cast<std::uint64_t>(I), false, precision>;
         using layer = typename spec::template bind<typename previous::output_shape, context>;
         return boost::hana::append(so_far, boost::hana::type_c<layer>);
       });
@@ -82,17 +90,18 @@ namespace detail {
 // step program and the model read. sequential is the network over whole
 // samples; sequential::decoder the same specs bound for one position at a
 // time (same parameters, same layout), which model::generate runs.
-template <int DecodeLength, class InputShape, class Input, class... Layers>
+template <int DecodeLength, class InputShape, class Policy, class Input, class... Layers>
 struct bound_network {
   // The specs as a Hana type list, for users' own compile-time algorithms.
   static constexpr auto specs = boost::hana::tuple_t<Input, Layers...>;
   using input_layer = Input;
   using input_shape_type = InputShape;
   using input_dtype = typename Input::dtype;
+  using policy = Policy;
   static constexpr int decode_length = DecodeLength;
 
   // The bound layers, in order; layer 0 is the input.
-  using layers = typename detail::bind_layers<DecodeLength, InputShape, Input, Layers...>::tuple;
+  using layers = typename detail::bind_layers<DecodeLength, InputShape, Policy, Input, Layers...>::tuple;
   static constexpr std::size_t layer_count = 1 + sizeof...(Layers);
   template <std::size_t I>
   using layer = std::tuple_element_t<I, layers>;
@@ -115,6 +124,9 @@ struct bound_network {
   // Per-layer facts as arrays, indexed by position.
   static constexpr auto output_sizes =
       per_layer([]<class L>() { return L::output_shape::size; });
+  // Bytes of one element of each layer's stored output: 2 where it is kept in 16 bits.
+  static constexpr auto output_element_bytes =
+      per_layer([]<class L>() { return sizeof(typename L::output_dtype::value_type); });
   static constexpr auto param_floats = per_layer([]<class L>() { return L::params::floats; });
   static constexpr auto param_counts =
       per_layer([]<class L>() { return L::params::parameter_count; });
@@ -192,12 +204,21 @@ struct one_position<shape<First, Rest...>> {
 
 namespace detail {
 
-template <class Input, class... Layers>
-struct network_sequential : bound_network<0, typename Input::shape_type, Input, Layers...> {
-  // The network bound for generation: one position per call, key/value
-  // caches sized for the input's first axis (the block size).
+// The network bound under a precision policy, with its decoder: the same
+// specs for generation, one position per call, key/value caches sized for
+// the input's first axis (the block size).
+template <class Policy, class Input, class... Layers>
+struct network_under : bound_network<0, typename Input::shape_type, Policy, Input, Layers...> {
   using decoder = bound_network<Input::shape_type::template dim<0>,
-                                typename one_position<typename Input::shape_type>::type, Input, Layers...>;
+                                typename one_position<typename Input::shape_type>::type, Policy, Input, Layers...>;
+};
+
+// sequential<input, Layers...> is the network bound in float32; under<P>
+// binds it under policy P (model<Net, P> does this).
+template <class Input, class... Layers>
+struct network_sequential : network_under<float32_policy, Input, Layers...> {
+  template <class Policy>
+  using under = network_under<Policy, Input, Layers...>;
 };
 
 // sequential<Layers...> without an input: a block, usable as one layer

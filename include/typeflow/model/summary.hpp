@@ -2,9 +2,9 @@
 //
 //   Model: "sequential"
 //   _________________________________________________________________
-//    Layer (type)                Output Shape              Param #
-//   =================================================================
-//    layers.1 (dense<512>)       (None, 512)               401,920
+//    Layer (type)                Output Shape          Dtype      Param #      Output bytes
+//   ========================================================================================
+//    layers.1 (dense<512>)       (None, 512)           bfloat16   401,920      1.00 KB
 //   ...
 #pragma once
 
@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <string>
 #include <utility>
+
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -26,7 +28,9 @@ inline std::string with_thousands(std::size_t n) {
 }
 inline std::string human_bytes(std::size_t bytes) {
   char text[32];
-  if (bytes >= (std::size_t{1} << 20))
+  if (bytes < 1024)
+    std::snprintf(text, sizeof text, "%zu B", bytes);
+  else if (bytes >= (std::size_t{1} << 20))
     std::snprintf(text, sizeof text, "%.2f MB", bytes / 1048576.0);
   else
     std::snprintf(text, sizeof text, "%.2f KB", bytes / 1024.0);
@@ -41,20 +45,32 @@ std::string batched_shape() {
 }
 }  // namespace detail
 
+// Each layer's compute dtype (what its arithmetic is rounded to: the
+// policy's, a layer's own override, float32 for layers that know only
+// float32) and the bytes of its stored output per sample: 2 an element where
+// a 16-bit policy stores it in 16 bits, "shared" where the output is the
+// input's buffer (flatten, a relu fused into its dense).
 template <class Net>
 void print_summary(std::FILE* out) {
-  const std::string rule(65, '_'), double_rule(65, '=');
-  std::fprintf(out, "Model: \"sequential\"\n%s\n %-27s %-25s %s\n%s\n", rule.c_str(), "Layer (type)",
-               "Output Shape", "Param #", double_rule.c_str());
+  const std::string rule(88, '_'), double_rule(88, '=');
+  std::fprintf(out, "Model: \"sequential\"  (policy: %s)\n%s\n %-27s %-21s %-10s %-12s %s\n%s\n",
+               policy_name<typename Net::policy>().c_str(), rule.c_str(), "Layer (type)", "Output Shape", "Dtype",
+               "Param #", "Output bytes", double_rule.c_str());
+  std::size_t activation_bytes = 0;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
           using layer = typename Net::template layer<I>;
           const std::string name =
               I == 0 ? "input" : "layers." + std::to_string(I) + " (" + Net::template layer_type_name<I>() + ")";
-          std::fprintf(out, " %-27s %-25s %s\n", name.c_str(),
+          const bool shared = I > 0 && Net::output_aliases_input[I];
+          const std::size_t bytes = layer::output_shape::size * Net::output_element_bytes[I];
+          if (!shared) activation_bytes += bytes;
+          std::fprintf(out, " %-27s %-21s %-10s %-12s %s\n", name.c_str(),
                        detail::batched_shape<typename layer::output_shape>().c_str(),
-                       detail::with_thousands(layer::params::parameter_count).c_str());
+                       std::string(I == 0 ? Net::input_dtype::name : layer::compute_dtype::name).c_str(),
+                       detail::with_thousands(layer::params::parameter_count).c_str(),
+                       shared ? "shared" : detail::human_bytes(bytes).c_str());
         }(),
         ...);
   }(std::make_index_sequence<Net::layer_count>{});
@@ -64,10 +80,13 @@ void print_summary(std::FILE* out) {
   const std::size_t trainable = [&]<std::size_t... I>(std::index_sequence<I...>) {
     return (std::size_t{0} + ... + Net::template layer<I>::params::trainable_count);
   }(std::make_index_sequence<Net::layer_count>{});
-  std::fprintf(out, "%s\nTotal params: %s (%s)\nTrainable params: %s\nNon-trainable params: %s\n%s\n",
+  std::fprintf(out,
+               "%s\nTotal params: %s (%s, float32)\nTrainable params: %s\nNon-trainable params: %s\n"
+               "Layer outputs: %s per sample (times the batch in training; a layer's own workspace comes on top)\n%s\n",
                double_rule.c_str(), detail::with_thousands(total).c_str(),
                detail::human_bytes(total * sizeof(float)).c_str(), detail::with_thousands(trainable).c_str(),
-               detail::with_thousands(total - trainable).c_str(), rule.c_str());
+               detail::with_thousands(total - trainable).c_str(), detail::human_bytes(activation_bytes).c_str(),
+               rule.c_str());
 }
 
 }  // namespace typeflow

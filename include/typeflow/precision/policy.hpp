@@ -6,10 +6,16 @@
 //   mixed_float16                    float32 variables, float16 compute, loss scaling
 //   mixed_bfloat16                   float32 variables, bfloat16 compute, no loss scaling
 //
-// Only the types exist so far: model<Net, Policy> still accepts float32
-// alone (issue 6 wires the policies into the layers and the step).
+// model<Net, Policy> binds the network under its policy: dense layers
+// compute in the compute dtype (or their own, dense<10, float32>), element-
+// wise layers keep their input's dtype, and layers that know only float32
+// (normalization, attention, embeddings, combinators' children) compute in
+// float32. Between layers, a value is stored in the compute dtype when the
+// layer after it reads 16 bits, else in float32. Output is kept for the
+// type's sake; what a layer hands on follows that rule.
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 #include "typeflow/core/dtype.hpp"
@@ -37,6 +43,17 @@ using mixed_bfloat16 = policy<float32, bfloat16, bfloat16>;
 
 template <class T>
 inline constexpr bool is_policy_v = false;
+
+// "mixed_bfloat16", "float32", or "policy<float32, bfloat16, float32>".
+template <class P>
+std::string policy_name() {
+  if constexpr (std::is_same_v<P, float32_policy>) return "float32";
+  else if constexpr (std::is_same_v<P, mixed_float16>) return "mixed_float16";
+  else if constexpr (std::is_same_v<P, mixed_bfloat16>) return "mixed_bfloat16";
+  else
+    return "policy<" + std::string(P::param_type::name) + ", " + std::string(P::compute_type::name) + ", " +
+           std::string(P::output_type::name) + ">";
+}
 template <class P, class C, class O>
 inline constexpr bool is_policy_v<policy<P, C, O>> = true;
 

@@ -43,6 +43,9 @@
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/model/sequential.hpp"
 #include "typeflow/model/summary.hpp"
+#include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/precision/policy.hpp"
+#include "typeflow/precision/storage.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/compiled.hpp"
@@ -74,17 +77,58 @@ struct generate_options {
 // What evaluate returns: "loss" and each metric's name, with its value.
 using evaluation = std::map<std::string, double, std::less<>>;
 
-template <class Net, class Policy = float32, class Strategy = single_device, class Device = cpu>
+namespace detail {
+// model<Net, float32> means the float32 policy.
+template <class Policy>
+struct policy_of {
+  using type = Policy;
+};
+template <>
+struct policy_of<float32> {
+  using type = float32_policy;
+};
+
+// The compute dtype of the values the loss receives: the last layer's,
+// looking through the layers that pass their input's dtype on (relu after a
+// dense receives the dense's rounding).
+template <class Net, std::size_t I = Net::layer_count - 1>
+struct loss_input_dtype {
+  using type = std::conditional_t<
+      I == 0 || dtype_flow_of<typename Net::template spec<I>> != dtype_flow::passes_through,
+      typename Net::template layer<I>::compute_dtype,
+      typename loss_input_dtype<Net, (I > 0 ? I - 1 : 0)>::type>;
+};
+template <class Net>
+struct loss_input_dtype<Net, 0> {
+  using type = float32;
+};
+}  // namespace detail
+
+template <class Network, class Policy = float32, class Strategy = single_device, class Device = cpu>
 class model {
-  static_assert(is_sequential_v<Net>, "model<Net>: Net must be a sequential<input<...>, layers...>");
-  static_assert(std::is_same_v<Policy, float32>,
-                "model<Net, Policy>: only the float32 policy exists so far");
+  static_assert(is_sequential_v<Network>, "model<Net>: Net must be a sequential<input<...>, layers...>");
+  static_assert(is_policy_v<typename detail::policy_of<Policy>::type>,
+                "model<Net, Policy>: Policy is float32, mixed_float16, mixed_bfloat16 or a policy<Param, Compute, Output>");
   static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
+
+ public:
+  using policy_type = typename detail::policy_of<Policy>::type;
+
+ private:
+  // The network bound under the policy: every fact below is read from it.
+  using Net = typename Network::template under<policy_type>;
+  static_assert(!precision::is_16bit_v<typename detail::loss_input_dtype<Net>::type>,
+                "model<Net, mixed policy>: the loss would receive 16-bit outputs, which lose precision "
+                "(and overflow in float16). Compute the output layer in float32, as Keras's dtype=\"float32\": "
+                "e.g. dense<10, float32>, or end with softmax, which always computes in float32");
+
   static_assert(std::is_same_v<typename Net::input_dtype, float32> || std::is_same_v<typename Net::input_dtype, int32>,
                 "model<Net>: the network's input must be float32 features or int32 token ids");
 
  public:
-  using network = Net;
+  using network = Network;
+  using bound_network = Net;
+  static constexpr bool loss_scaling = policy_type::loss_scaling;
   using output_shape_type = typename Net::output_shape_type;
   static constexpr int classes = output_shape_type::rank >= 1 ? output_shape_type::template dim<-1> : 1;
   static constexpr std::size_t rows_per_sample = output_shape_type::size / classes;
@@ -183,6 +227,10 @@ class model {
         waited += received - asked;
         stepped += clock::now() - received;
         fill_logs(step_logs, "");
+        if constexpr (loss_scaling) {  // mixed_float16: Keras's LossScaleOptimizer state
+          step_logs.set("loss_scale", loss_scale_.scale());
+          step_logs.set("skipped_steps", static_cast<double>(loss_scale_.skipped_steps()));
+        }
         step_logs.set("learning_rate", optimizer_->learning_rate(iterations_ + 1));  // the next update's
         step_logs.set("input_wait_fraction",
                       std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
@@ -385,6 +433,22 @@ class model {
     return {secondaries_.at(static_cast<std::size_t>(r - 1))->memory.template at<float>(0), Net::parameter_floats};
   }
 
+  // Loss scaling (mixed_float16 only): dynamic by default, as Keras's
+  // LossScaleOptimizer (2^15, halved on a non-finite step, which is skipped,
+  // doubled after 2000 finite ones), or fixed. Setting it starts afresh.
+  void set_loss_scale(precision::dynamic_loss_scale options) {
+    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
+    loss_scale_ = precision::loss_scale(options);
+  }
+  void set_loss_scale(precision::fixed_loss_scale options) {
+    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
+    loss_scale_ = precision::loss_scale(options);
+  }
+  // The scale the next step multiplies the loss by, and how many steps were
+  // skipped for non-finite gradients (1 and 0 without loss scaling).
+  float loss_scale() const { return loss_scaling ? loss_scale_.scale() : 1.f; }
+  std::int64_t skipped_steps() const { return loss_scaling ? loss_scale_.skipped_steps() : 0; }
+
   std::int64_t iterations() const { return iterations_; }
   // Whether this process prints and writes files: always, except on the
   // non-zero ranks of a multi_worker job.
@@ -541,6 +605,7 @@ class model {
     ++run_.step;
     program.forward();
     double loss = compute_loss(program, batch.labels.data(), batch.valid);
+    scale_output_gradient(program);
     program.backward();
     loss += regularize_and_update(batch.valid);
     loss_mean_.update(loss, batch.valid);
@@ -579,6 +644,7 @@ class model {
           ++run.step;
           job.programs[r]->forward();
           job.losses[r] = job.self->compute_loss(*job.programs[r], job.labels + r * labels_per_shard, shard);
+          job.self->scale_output_gradient(*job.programs[r]);
           job.programs[r]->backward();
         },
         &context);
@@ -646,6 +712,19 @@ class model {
     if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
       strategy_.all_reduce_mean(memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset),
                                 Net::parameter_floats);
+    // mixed_float16: the gradients of the scaled loss, unscaled; a step with
+    // an inf or a NaN among them changes no weight (after the all-reduce,
+    // every replica and worker sees the same verdict).
+    if constexpr (loss_scaling) {
+      float* grads = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
+      const bool finite = precision::all_finite(grads, Net::parameter_floats);
+      if (finite) precision::unscale(grads, Net::parameter_floats, loss_scale_.scale());
+      if (!loss_scale_.after_step(finite)) {
+        const double penalty = has_regularizers ? apply_regularizers(false) : 0.0;
+        if (has_regularizers) regularization_mean_.update(penalty, samples);
+        return penalty;
+      }
+    }
     double penalty = 0;
     if constexpr (has_regularizers) {
       penalty = apply_regularizers(true);
@@ -682,6 +761,18 @@ class model {
     double sum = 0;
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
     return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
+  }
+
+  // mixed_float16: d(loss)/d(output) times the loss scale, before backward.
+  template <class Program>
+  void scale_output_gradient(Program& program) {
+    if constexpr (loss_scaling) {
+      const float scale = loss_scale_.scale();
+      float* gradient = program.output_gradient();
+      constexpr std::size_t count = Program::batch_size * output_shape_type::size;
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) gradient[i] *= scale;
+    }
   }
 
   template <class Program, class Label>
@@ -865,6 +956,7 @@ class model {
   run_state run_;
   int slots_ = 0;
   std::int64_t iterations_ = 0;
+  precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
   std::uint64_t epoch_counter_ = 0;
   std::unique_ptr<detail::optimizer_base> optimizer_;
   std::unique_ptr<detail::loss_base> loss_;

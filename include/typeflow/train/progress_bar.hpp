@@ -248,11 +248,13 @@ class progress_bar : public callback {
       const int name_length = static_cast<int>(entry.name.size());
       const bool small = entry.value != 0.0 && std::fabs(entry.value) < 1e-3;
       const bool learning_rate = entry.name == "lr" || entry.name == "learning_rate";
-      const bool rate = entry.name.ends_with("_per_second");  // throughput: whole numbers
-      const char* format = rate     ? " - %.*s: %.0f"
-                           : !small ? " - %.*s: %.4f"
-                           : learning_rate ? " - %.*s: %.3g"
-                                           : " - %.*s: %.4e";
+      // Throughput and skipped steps are whole numbers; the loss scale a power of two.
+      const bool rate = entry.name.ends_with("_per_second") || entry.name == "skipped_steps";
+      const char* format = rate                         ? " - %.*s: %.0f"
+                           : entry.name == "loss_scale" ? " - %.*s: %g"
+                           : !small                     ? " - %.*s: %.4f"
+                           : learning_rate              ? " - %.*s: %.3g"
+                                                        : " - %.*s: %.4e";
       line_.append(format, name_length, entry.name.data(), entry.value);
     }
   }

@@ -1,0 +1,108 @@
+// Moving float32 values in and out of a 16-bit compute dtype, in bulk.
+//
+//   round_in_place<Dtype>(values, n)    each value becomes the nearest Dtype
+//                                       value, held as a float (ties to even;
+//                                       float16 overflows to infinity)
+//   to_float<Dtype>(stored, out, n)     Dtype storage -> float32
+//   from_float<Dtype>(values, out, n)   float32 -> Dtype storage, rounded
+//
+// Dtype is float32 (a no-op or a copy), float16 or bfloat16. Layers that
+// compute in 16 bits on a CPU without 16-bit matrix products (oneDNN 2.6 has
+// none for AVX2) round their operands and results through these, so that
+// the values, and float16's overflows, are those of a 16-bit product with
+// float32 accumulation. Large arrays are split across the threads.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if (defined(__F16C__) || defined(__AVX2__)) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#endif
+
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/dtype.hpp"
+#include "typeflow/core/half.hpp"
+
+namespace typeflow::precision {
+
+template <class Dtype>
+inline constexpr bool is_16bit_v = std::is_same_v<Dtype, float16> || std::is_same_v<Dtype, bfloat16>;
+
+namespace detail {
+
+// f(begin, end) over [0, n) in chunks, on the threads when n is large.
+template <class F>
+void in_chunks(std::size_t n, F f) {
+  constexpr std::ptrdiff_t chunk = 4096;
+  const auto chunks = static_cast<std::ptrdiff_t>((n + chunk - 1) / chunk);
+  if (n < static_cast<std::size_t>(backend::cpu::parallel_threshold)) {
+    f(std::size_t{0}, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c * chunk);
+    const std::size_t end = begin + chunk < n ? begin + chunk : n;
+    f(begin, end);
+  }
+}
+
+inline void round_to_f16(float* values, std::size_t n) noexcept {
+  std::size_t i = 0;
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  for (const std::size_t end = n - n % 8; i < end; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(values + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) values[i] = static_cast<float>(f16(values[i]));
+}
+
+inline void round_to_bf16(float* values, std::size_t n) noexcept {
+  // The same rule as bf16(float): ties to even on the top 16 bits, NaN kept
+  // (quietened). Integer operations only, which the compiler vectorises.
+  auto* bits = reinterpret_cast<std::uint32_t*>(values);
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = bits[i];
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    bits[i] = nan ? ((u | 0x00400000u) & 0xffff0000u) : rounded;
+  }
+}
+
+}  // namespace detail
+
+template <class Dtype>
+void round_in_place(float* values, std::size_t n) {
+  if constexpr (std::is_same_v<Dtype, float16>)
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_f16(values + b, e - b); });
+  else if constexpr (std::is_same_v<Dtype, bfloat16>)
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_bf16(values + b, e - b); });
+  else
+    static_assert(std::is_same_v<Dtype, float32>, "round_in_place: Dtype is float32, float16 or bfloat16");
+}
+
+template <class Dtype>
+void to_float(const typename Dtype::value_type* stored, float* out, std::size_t n) {
+  if constexpr (std::is_same_v<Dtype, float32>) {
+    if (stored != out) std::memcpy(out, stored, n * sizeof(float));
+  } else {
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { convert(stored + b, out + b, e - b); });
+  }
+}
+
+template <class Dtype>
+void from_float(const float* values, typename Dtype::value_type* out, std::size_t n) {
+  if constexpr (std::is_same_v<Dtype, float32>) {
+    if (values != out) std::memcpy(out, values, n * sizeof(float));
+  } else {
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { convert(values + b, out + b, e - b); });
+  }
+}
+
+}  // namespace typeflow::precision

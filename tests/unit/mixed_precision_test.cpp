@@ -1,0 +1,294 @@
+// Mixed precision: policies bound into the network's type, 16-bit storage in
+// the memory plan, dense's rounding, and Keras's loss scaling in the step.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+
+namespace {
+
+using mlp = tf::sequential<tf::input<64>, tf::dense<256>, tf::relu, tf::dropout<0.1f>, tf::dense<10, tf::float32>>;
+using features = tf::data::tensor_value<float, tf::shape<64>>;
+using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+
+template <int N>
+tf::data::batch_of<N, features, label> toy_batch(std::uint64_t seed) {
+  tf::data::batch_of<N, features, label> b;
+  const tf::random_stream rng{seed, 0};
+  for (int i = 0; i < N; ++i) {
+    const int c = static_cast<int>((seed + i * 7u) % 10);
+    b.labels[i] = c;
+    for (int j = 0; j < 64; ++j)
+      b.features[i * 64 + j] = (j % 10 == c ? 1.f : 0.f) + 0.5f * (2.f * rng.uniform(i * 64 + j) - 1.f);
+  }
+  b.valid = N;
+  return b;
+}
+
+bool representable_in_bf16(float x) { return (std::bit_cast<std::uint32_t>(x) & 0xffffu) == 0; }
+bool representable_in_f16(float x) { return static_cast<float>(tf::f16(x)) == x; }
+
+}  // namespace
+
+TEST_CASE("a policy decides each layer's compute dtype and which outputs are stored in 16 bits") {
+  using bf = mlp::under<tf::mixed_bfloat16>;
+  // dense<256> computes in bfloat16 and, since relu, dropout and the last
+  // dense read 16 bits, stores its output in 16 bits; relu and dropout keep it.
+  static_assert(std::is_same_v<bf::layer<1>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bf::layer<1>::output_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bf::layer<2>::output_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bf::layer<3>::output_dtype, tf::bfloat16>);
+  // The override: dense<10, float32> computes in float32 and hands float32 to the loss.
+  static_assert(std::is_same_v<bf::layer<4>::compute_dtype, tf::float32>);
+  static_assert(std::is_same_v<bf::layer<4>::output_dtype, tf::float32>);
+  // float32 everywhere under the float32 policy (the plain sequential).
+  static_assert(std::is_same_v<mlp::layer<1>::compute_dtype, tf::float32>);
+  static_assert(std::is_same_v<mlp::layer<1>::output_dtype, tf::float32>);
+  // A layer that reads only float32 gets float32: dense before layer_norm
+  // still computes in float16 but stores float32.
+  using with_norm = tf::sequential<tf::input<8>, tf::dense<8>, tf::relu, tf::layer_norm, tf::dense<4, tf::float32>>::
+      under<tf::mixed_float16>;
+  static_assert(std::is_same_v<with_norm::layer<1>::compute_dtype, tf::float16>);
+  static_assert(std::is_same_v<with_norm::layer<1>::output_dtype, tf::float32>);
+  static_assert(std::is_same_v<with_norm::layer<3>::compute_dtype, tf::float32>);
+  // Parameters do not move: the same layout under every policy.
+  static_assert(bf::parameter_floats == mlp::parameter_floats);
+}
+
+TEST_CASE("the memory plan halves the bytes of activations stored in 16 bits") {
+  constexpr int batch = 32;
+  using f32_plan = tf::memory_plan<mlp, batch>;
+  using bf_plan = tf::memory_plan<mlp::under<tf::mixed_bfloat16>, batch>;
+  using f16_plan = tf::memory_plan<mlp::under<tf::mixed_float16>, batch>;
+  // dense<256> (relu shares its buffer) and dropout: 256 values per sample each.
+  for (std::size_t layer : {std::size_t{1}, std::size_t{3}}) {
+    CHECK(bf_plan::output_bytes(layer) * 2 == f32_plan::output_bytes(layer));
+    CHECK(f16_plan::output_bytes(layer) * 2 == f32_plan::output_bytes(layer));
+  }
+  // The input and the float32 logits keep their size.
+  CHECK(bf_plan::output_bytes(0) == f32_plan::output_bytes(0));
+  CHECK(bf_plan::output_bytes(4) == f32_plan::output_bytes(4));
+  CHECK(f32_plan::activation_bytes - bf_plan::activation_bytes == 2 * batch * 256 * 2);
+  // The parameters' place does not depend on the policy.
+  CHECK(bf_plan::activations_offset == f32_plan::activations_offset);
+}
+
+TEST_CASE("dense rounds its input, weights and output to the compute dtype") {
+  // y = x * 1 + 0 for x = 1 + 2^-10: float16 holds x exactly (10 fraction
+  // bits), bfloat16 (7 bits) rounds it to 1, float32 keeps it.
+  using net = tf::sequential<tf::input<1>, tf::dense<1>, tf::dense<1, tf::float32>>;
+  const float x = 1.f + 1.f / 1024.f;
+  auto run = [&](auto& model) {
+    model.parameter("layers.1.kernel")[0] = 1.f;
+    model.parameter("layers.2.kernel")[0] = 1.f;
+    auto data = tf::data::from_tensor_slices<tf::shape<1>>(std::vector<float>{x}, std::vector<std::int32_t>{0}) |
+                tf::data::batch<1>;
+    return model.predict(data).at(0);
+  };
+  tf::model<net> f32;
+  tf::model<net, tf::mixed_float16> f16;
+  tf::model<net, tf::mixed_bfloat16> bf16;
+  CHECK(run(f32) == x);
+  CHECK(run(f16) == x);
+  CHECK(run(bf16) == 1.f);
+  // A weight bfloat16 cannot hold is rounded for the product, the master copy is kept.
+  bf16.parameter("layers.1.kernel")[0] = 1.f + 1.f / 512.f;  // rounds to 1 (tie to even)
+  auto data = tf::data::from_tensor_slices<tf::shape<1>>(std::vector<float>{2.f}, std::vector<std::int32_t>{0}) |
+              tf::data::batch<1>;
+  CHECK(bf16.predict(data).at(0) == 2.f);
+  CHECK(bf16.parameter("layers.1.kernel")[0] == 1.f + 1.f / 512.f);
+}
+
+TEST_CASE("under mixed_bfloat16 a 16-bit dense writes gradients bfloat16 can hold, a float32 one does not") {
+  tf::model<mlp, tf::mixed_bfloat16> model{4};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.01}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  model.train_on_batch(toy_batch<32>(1));
+  const auto hidden = model.gradient("layers.1.kernel");
+  const auto logits = model.gradient("layers.4.kernel");
+  std::size_t nonzero = 0, outside_bf16 = 0;
+  for (float g : hidden) {
+    nonzero += g != 0.f;
+    CHECK(representable_in_bf16(g));
+  }
+  for (float g : logits) outside_bf16 += !representable_in_bf16(g);
+  CHECK(nonzero > hidden.size() / 4);
+  CHECK(outside_bf16 > logits.size() / 2);
+}
+
+TEST_CASE("mixed policies train the MLP as well as float32 on a toy problem") {
+  auto accuracy_after_training = [](auto& model) {
+    model.compile(tf::optimizers::adam{.learning_rate = 1e-3}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                  tf::metrics::accuracy{});
+    for (int step = 0; step < 60; ++step) model.train_on_batch(toy_batch<32>(100 + step));
+    std::vector<float> x;
+    std::vector<std::int32_t> y;
+    const auto test = toy_batch<64>(9999);
+    auto data = tf::data::from_tensor_slices<tf::shape<64>>(test.features, test.labels) | tf::data::batch<64>;
+    return model.evaluate(data).at("accuracy");
+  };
+  tf::model<mlp> f32{7};
+  tf::model<mlp, tf::mixed_bfloat16> bf16{7};
+  tf::model<mlp, tf::mixed_float16> f16{7};
+  const double a32 = accuracy_after_training(f32), abf = accuracy_after_training(bf16), a16 = accuracy_after_training(f16);
+  MESSAGE("toy accuracy: float32 " << a32 << ", mixed_bfloat16 " << abf << ", mixed_float16 " << a16);
+  CHECK(a32 > 0.9);
+  CHECK(abf > a32 - 0.05);
+  CHECK(a16 > a32 - 0.05);
+  CHECK(f16.skipped_steps() == 0);
+  CHECK(f16.loss_scale() == 32768.f);
+}
+
+TEST_CASE("an overflowing float16 step is skipped: the weights stay, the scale halves") {
+  // With the loss scaled by 2^15, a kernel gradient of x * d_out * 2^15 with
+  // x = 8 passes float16's largest value, 65504, and becomes infinite.
+  using net = tf::sequential<tf::input<2>, tf::dense<2>, tf::dense<2, tf::float32>>;
+  tf::model<net, tf::mixed_float16> model{1};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  using batch = tf::data::batch_of<1, tf::data::tensor_value<float, tf::shape<2>>, label>;
+  batch big;
+  big.features = {8.f, -8.f};
+  big.labels = {1};
+  big.valid = 1;
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  CHECK(model.loss_scale() == 32768.f);
+  model.train_on_batch(big);
+  CHECK(model.skipped_steps() == 1);
+  CHECK(model.loss_scale() == 16384.f);
+  CHECK(model.iterations() == 0);
+  const std::vector<float> after(model.parameter_region().begin(), model.parameter_region().end());
+  CHECK(after == before);
+  // The scale keeps halving until the gradients fit, then the step applies.
+  for (int i = 0; i < 8 && model.iterations() == 0; ++i) model.train_on_batch(big);
+  CHECK(model.iterations() == 1);
+  CHECK(model.loss_scale() < 16384.f);
+  const std::vector<float> updated(model.parameter_region().begin(), model.parameter_region().end());
+  CHECK(updated != before);
+}
+
+TEST_CASE("loss scaling keeps small float16 gradients that would underflow, and matches float32's updates") {
+  // Inputs and weights with few bits, so that every forward value is exact
+  // in float16 and float32 alike; targets 2^-24 from the predictions. The
+  // gradient reaching the float16 layer is then ~2^-26, below half of
+  // float16's smallest subnormal (2^-24): zero unless the loss is scaled.
+  using net = tf::sequential<tf::input<4>, tf::dense<4>, tf::dense<1, tf::float32>>;
+  using batch = tf::data::batch_of<8, tf::data::tensor_value<float, tf::shape<4>>, tf::data::tensor_value<float, tf::shape<1>>>;
+  batch b;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j) b.features[i * 4 + j] = static_cast<float>((i + j) % 4 + 1) / 8.f;
+  b.valid = 8;
+  auto set_weights = [](auto& model) {
+    auto w1 = model.parameter("layers.1.kernel");
+    for (std::size_t i = 0; i < w1.size(); ++i) w1[i] = static_cast<float>(static_cast<int>((i * 3) % 5) - 2) / 16.f;
+    auto w2 = model.parameter("layers.2.kernel");
+    const float second[] = {0.5f, -0.25f, 0.125f, 0.75f};
+    for (std::size_t i = 0; i < w2.size(); ++i) w2[i] = second[i];
+  };
+  tf::model<net> reference;
+  set_weights(reference);
+  const auto predictions = reference.predict(
+      tf::data::from_tensor_slices<tf::shape<4>>(b.features, std::vector<float>(8)) | tf::data::batch<8>);
+  for (int i = 0; i < 8; ++i) b.labels[i] = predictions[i] + (i % 2 ? 1.f : -1.f) * std::ldexp(1.f, -24);
+
+  auto first_layer_update = [&](auto& model) {
+    set_weights(model);
+    model.compile(tf::optimizers::sgd{.learning_rate = 1.0}, tf::losses::mean_squared_error{});
+    const auto kernel = model.parameter("layers.1.kernel");
+    const std::vector<float> before(kernel.begin(), kernel.end());
+    model.train_on_batch(b);
+    std::vector<float> update;
+    const auto after = model.parameter("layers.1.kernel");
+    for (std::size_t i = 0; i < before.size(); ++i) update.push_back(after[i] - before[i]);
+    return update;
+  };
+  tf::model<net> f32;
+  tf::model<net, tf::mixed_float16> scaled, unscaled;
+  unscaled.set_loss_scale(tf::precision::fixed_loss_scale{1.f});
+  const auto u32 = first_layer_update(f32), u_scaled = first_layer_update(scaled), u_unscaled = first_layer_update(unscaled);
+  float largest = 0.f;
+  for (float u : u32) largest = std::max(largest, std::fabs(u));
+  REQUIRE(largest > 0.f);
+  for (std::size_t i = 0; i < u32.size(); ++i) {
+    // Scaled, the gradients are normal float16 numbers (11 significant bits).
+    CHECK(std::fabs(u_scaled[i] - u32[i]) <= 1e-3f * largest);
+    CHECK(u_unscaled[i] == 0.f);  // underflowed to zero without scaling
+  }
+  CHECK(scaled.skipped_steps() == 0);
+  CHECK(unscaled.skipped_steps() == 0);
+}
+
+TEST_CASE("fit reports the loss scale and skipped steps in History under mixed_float16") {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  for (int s = 0; s < 4; ++s) {
+    const auto b = toy_batch<32>(50 + s);
+    x.insert(x.end(), b.features.begin(), b.features.end());
+    y.insert(y.end(), b.labels.begin(), b.labels.end());
+  }
+  auto data = tf::data::from_tensor_slices<tf::shape<64>>(x, y) | tf::data::batch<32>;
+  tf::model<mlp, tf::mixed_float16> model{5};
+  model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto history = model.fit(data, {.epochs = 2, .verbose = 0});
+  CHECK(history["loss_scale"] == std::vector<double>{32768.0, 32768.0});
+  CHECK(history["skipped_steps"] == std::vector<double>{0.0, 0.0});
+  // float32 and bfloat16 do not scale: no such entries.
+  tf::model<mlp, tf::mixed_bfloat16> bf16{5};
+  bf16.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  CHECK_THROWS_AS(bf16.fit(data, {.verbose = 0})["loss_scale"], std::out_of_range);
+}
+
+TEST_CASE("summary shows the policy, each layer's compute dtype and its output bytes") {
+  char buffer[4096] = {};
+  std::FILE* out = fmemopen(buffer, sizeof buffer - 1, "w");
+  REQUIRE(out != nullptr);
+  tf::model<mlp, tf::mixed_bfloat16> model;
+  model.summary(out);
+  std::fclose(out);
+  const std::string text = buffer;
+  CHECK(text.find("policy: mixed_bfloat16") != std::string::npos);
+  const auto hidden = text.find("layers.1 (dense<256>)");
+  REQUIRE(hidden != std::string::npos);
+  const std::string hidden_line = text.substr(hidden, text.find('\n', hidden) - hidden);
+  CHECK(hidden_line.find("bfloat16") != std::string::npos);
+  CHECK(hidden_line.find("512 B") != std::string::npos);  // 256 values of 2 bytes
+  const auto logits = text.find("layers.4 (dense<10, ...>)");
+  REQUIRE(logits != std::string::npos);
+  CHECK(text.substr(logits, text.find('\n', logits) - logits).find("float32") != std::string::npos);
+  CHECK(text.find("shared") != std::string::npos);  // the fused relu
+}
+
+TEST_CASE("16-bit rounding helpers round to nearest even and keep infinities and NaN") {
+  std::vector<float> v{1.f + 1.f / 1024.f, 1.f + 3.f / 256.f, 70000.f, -1e-9f, INFINITY, NAN, 65504.f, 1e-8f, 3e-8f};
+  auto f16 = v, bf = v;
+  tf::precision::round_in_place<tf::float16>(f16.data(), f16.size());
+  tf::precision::round_in_place<tf::bfloat16>(bf.data(), bf.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) {
+      CHECK(std::isnan(f16[i]));
+      CHECK(std::isnan(bf[i]));
+      continue;
+    }
+    CHECK(f16[i] == static_cast<float>(tf::f16(v[i])));
+    CHECK(bf[i] == static_cast<float>(tf::bf16(v[i])));
+    CHECK(representable_in_f16(f16[i]));
+    CHECK(representable_in_bf16(bf[i]));
+  }
+  CHECK(f16[2] == INFINITY);  // past 65504
+  CHECK(f16[7] == 0.f);       // below half the smallest subnormal
+  CHECK(bf[0] == 1.f);
+  // A long array takes the threaded path and gives the same values.
+  std::vector<float> long_array(100000);
+  const tf::random_stream rng{9, 0};
+  for (std::size_t i = 0; i < long_array.size(); ++i) long_array[i] = 1000.f * (rng.uniform(i) - 0.5f);
+  auto rounded = long_array;
+  tf::precision::round_in_place<tf::float16>(rounded.data(), rounded.size());
+  for (std::size_t i = 0; i < long_array.size(); i += 997) CHECK(rounded[i] == static_cast<float>(tf::f16(long_array[i])));
+}
