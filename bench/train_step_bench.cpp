@@ -8,6 +8,10 @@
 // BM_mlp_784_512_512_10   the MNIST example's model, batch 128, the same way.
 // BM_mlp_train_step_mirrored2    the 256-sample step on mirrored<2> (128 per replica thread).
 // BM_mlp_train_step_accumulate4  the 256 samples as 4 micro-batches of 64 under accumulate<4>.
+// ..._mixed_bfloat16, ..._mixed_float16  the same steps under a 16-bit policy
+//                         (the logits layer stays float32). arena_MiB is the
+//                         model's whole arena: weights, gradients, Adam's
+//                         slots, activations, workspaces.
 // BM_gemm/...             oneDNN's matmul alone, through backend::cpu::matmul,
 //                         for the shapes of the big MLP's step; GFLOP/s = 2mnk/s.
 //
@@ -31,20 +35,22 @@ namespace tf = typeflow;
 
 namespace {
 
+// The logits layer computes in float32 under every policy (dense<10, float32>
+// is dense<10> under float32), as a mixed policy requires.
 using big_mlp = tf::sequential<tf::input<784>, tf::dense<1024>, tf::relu, tf::dense<1024>, tf::relu,
-                               tf::dense<10>>;
+                               tf::dense<10, tf::float32>>;
 static_assert(big_mlp::flops_per_sample == 2 * (784 * 1024 + 1024 * 1024 + 1024 * 10));
 
 // The model of examples/mnist_mlp.cpp.
 using mnist_mlp = tf::sequential<tf::input<28, 28>, tf::flatten, tf::dense<512>, tf::relu, tf::dense<512>,
-                                 tf::relu, tf::dense<10>>;
+                                 tf::relu, tf::dense<10, tf::float32>>;
 static_assert(mnist_mlp::flops_per_sample == 2 * (784 * 512 + 512 * 512 + 512 * 10));
 
 constexpr int warmup_steps = 5;
 
 // One step on Batch samples: a plain step, a mirrored<N> step over N shards,
 // or K micro-batches of Batch / K under accumulate<K> (one update).
-template <class Net, int Batch, class Strategy = tf::single_device, int Accumulate = 1>
+template <class Net, int Batch, class Strategy = tf::single_device, int Accumulate = 1, class Policy = tf::float32>
 void train_step(benchmark::State& state) {
   using features = tf::data::tensor_value<float, typename Net::input_shape_type>;
   using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
@@ -58,7 +64,7 @@ void train_step(benchmark::State& state) {
   for (auto& y : batch.labels) y = cls(rng);
   batch.valid = micro_batch;
 
-  tf::model<Net, tf::float32, Strategy> model{/*seed=*/1};
+  tf::model<Net, Policy, Strategy> model{/*seed=*/1};
   const tf::losses::sparse_categorical_crossentropy loss_function{.from_logits = true};
   if constexpr (Accumulate > 1)
     model.compile(tf::optimizers::accumulate<Accumulate>(tf::optimizers::adam{.learning_rate = 1e-3f}), loss_function);
@@ -83,6 +89,7 @@ void train_step(benchmark::State& state) {
   // the step computes garbage, and then its speed means nothing.
   state.counters["loss_after_warmup"] = first_loss;
   state.counters["loss_last"] = loss;
+  state.counters["arena_MiB"] = static_cast<double>(model.memory().size()) / (1 << 20);
   if (!(loss == loss) || loss > first_loss) state.SkipWithError("the loss did not fall on a repeated batch");
 }
 
@@ -92,8 +99,26 @@ void BM_mlp_784_512_512_10(benchmark::State& state) { train_step<mnist_mlp, 128>
 void BM_mlp_train_step_mirrored2(benchmark::State& state) { train_step<big_mlp, 256, tf::mirrored<2>>(state); }
 void BM_mlp_train_step_accumulate4(benchmark::State& state) { train_step<big_mlp, 256, tf::single_device, 4>(state); }
 
+// Mixed precision: 16-bit activations, rounded products (see layers/dense.hpp).
+void BM_mlp_train_step_mixed_bfloat16(benchmark::State& state) {
+  train_step<big_mlp, 256, tf::single_device, 1, tf::mixed_bfloat16>(state);
+}
+void BM_mlp_train_step_mixed_float16(benchmark::State& state) {
+  train_step<big_mlp, 256, tf::single_device, 1, tf::mixed_float16>(state);
+}
+void BM_mlp_784_512_512_10_mixed_bfloat16(benchmark::State& state) {
+  train_step<mnist_mlp, 128, tf::single_device, 1, tf::mixed_bfloat16>(state);
+}
+void BM_mlp_784_512_512_10_mixed_float16(benchmark::State& state) {
+  train_step<mnist_mlp, 128, tf::single_device, 1, tf::mixed_float16>(state);
+}
+
 BENCHMARK(BM_mlp_train_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_train_step_mixed_bfloat16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_train_step_mixed_float16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_784_512_512_10)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_784_512_512_10_mixed_bfloat16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_784_512_512_10_mixed_float16)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_train_step_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_train_step_accumulate4)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -1,10 +1,11 @@
-// Helpers shared by the test files: a scratch directory, a dataset's
-// elements, and error messages.
+// Helpers shared by the test files: a scratch directory, the data sets
+// scripts/setup.sh fetches, a dataset's elements, and error messages.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -43,6 +44,24 @@ struct temp_dir {
     return names;
   }
 };
+
+// Where the data sets live: $TYPEFLOW_DATA_DIR (ctest sets it to <repo>/data),
+// else <repo>/data.
+inline std::filesystem::path data_dir() {
+  if (const char* root = std::getenv("TYPEFLOW_DATA_DIR")) return root;
+  return std::filesystem::path(__FILE__).lexically_normal().parent_path().parent_path().parent_path() / "data";
+}
+
+// data_dir() / name; fails the current test (not a skip) when it is absent,
+// naming the setup.sh function that fetches it.
+inline std::filesystem::path require_data(const std::string& name, const std::string& setup_function) {
+  const std::filesystem::path dir = data_dir() / name;
+  REQUIRE_MESSAGE(std::filesystem::is_directory(dir),
+                  name << " not found at " << std::filesystem::absolute(dir).string()
+                       << ": run scripts/setup.sh (or source it and run " << setup_function
+                       << "), or set TYPEFLOW_DATA_DIR to the directory that holds " << name << "/");
+  return dir;
+}
 
 // What call() throws as an E, or "" if it throws nothing.
 template <class E, class Call>

@@ -1,8 +1,8 @@
 // typeflow::data: sources, adaptors and the MNIST reader.
 //
 // The MNIST tests read the real files from $TYPEFLOW_DATA_DIR/mnist (default
-// data/mnist, relative to the working directory) and fail, rather than skip,
-// when they are missing: run scripts/setup.sh to fetch them.
+// <repo>/data/mnist) and fail, rather than skip, when they are missing: run
+// scripts/setup.sh to fetch them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -69,24 +69,8 @@ struct unknown_size_dataset {
   cursor open(std::uint64_t) const { return {n}; }
 };
 
-// What a throwing call says, or "" if it does not throw E.
-
-
-std::filesystem::path mnist_dir() {
-  const char* root = std::getenv("TYPEFLOW_DATA_DIR");
-  return root ? std::filesystem::path(root) / "mnist" : std::filesystem::path("data/mnist");
-}
-
-// Fails the current test (not a skip) when the MNIST files are absent.
-std::filesystem::path require_mnist_dir() {
-  const std::filesystem::path dir = mnist_dir();
-  REQUIRE_MESSAGE(std::filesystem::is_directory(dir),
-                  "MNIST not found at " << std::filesystem::absolute(dir).string()
-                                        << ": run scripts/setup.sh to download it, or set TYPEFLOW_DATA_DIR "
-                                           "to the directory that holds mnist/");
-  return dir;
-}
-
+// The real MNIST files, fetched by scripts/setup.sh; the test fails without them.
+std::filesystem::path require_mnist_dir() { return typeflow::testing::require_data("mnist", "setup_mnist"); }
 
 void put_big_endian(std::vector<std::uint8_t>& out, std::uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(value >> shift));

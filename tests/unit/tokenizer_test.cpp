@@ -29,6 +29,8 @@
 
 namespace text = typeflow::text;
 using typeflow::testing::contains;
+using typeflow::testing::data_dir;
+using typeflow::testing::require_data;
 using typeflow::testing::message_of;
 using typeflow::testing::temp_dir;
 using json = nlohmann::json;
@@ -36,21 +38,6 @@ using json = nlohmann::json;
 namespace {
 
 using ids = std::vector<std::int32_t>;
-
-std::filesystem::path data_dir() {
-  if (const char* root = std::getenv("TYPEFLOW_DATA_DIR")) return root;
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "data";
-}
-
-// Fails the current test (not a skip) when the directory is absent.
-std::filesystem::path require_data(const std::string& name, const std::string& setup_function) {
-  const std::filesystem::path dir = data_dir() / name;
-  REQUIRE_MESSAGE(std::filesystem::is_directory(dir),
-                  name << " not found at " << std::filesystem::absolute(dir).string()
-                       << ": run scripts/setup.sh (or source it and run " << setup_function
-                       << "), or set TYPEFLOW_DATA_DIR to the directory that holds " << name << "/");
-  return dir;
-}
 
 const text::gpt2_tokenizer& gpt2() {
   static const text::gpt2_tokenizer tokenizer = text::gpt2_tokenizer::load(require_data("gpt2", "setup_gpt2_bpe"));

@@ -40,8 +40,13 @@ namespace typeflow {
 template <int Units, class... Options>
 struct dense {
   static constexpr std::string_view scope_name = "dense";
+  // "dense<64>", "dense<10, float32>" (a dtype is shown), "dense<64, ...>".
   static std::string type_name() {
-    return "dense<" + std::to_string(Units) + (sizeof...(Options) ? ", ...>" : ">");
+    std::string name = "dense<" + std::to_string(Units);
+    if constexpr (dtype_option_count<Options...> == 1)
+      name += ", " + std::string(dtype_option_t<float32, Options...>::name);
+    if constexpr (sizeof...(Options) > static_cast<std::size_t>(dtype_option_count<Options...>)) name += ", ...";
+    return name + ">";
   }
 
   template <class In, class Context>
