@@ -322,3 +322,71 @@ TEST_CASE("the MNIST MLP reaches float32's test accuracy within 0.5 points under
   CHECK(std::fabs(abf - a32) <= 0.005);
   CHECK(std::fabs(a16 - a32) <= 0.005);
 }
+
+namespace {
+constexpr int T = 6, D = 8, V = 11;
+using gpt_block = tf::sequential<tf::residual<tf::layer_norm, tf::causal_self_attention<2>>,
+                                 tf::residual<tf::layer_norm, tf::dense<4 * D>, tf::gelu, tf::dense<D>>>;
+template <class Blocks>
+using gpt = tf::sequential<tf::typed_input<tf::int32, T>, tf::embedding<V, D>, tf::positional_embedding<T>, Blocks,
+                           tf::layer_norm, tf::tied_logits>;
+using tokens = tf::data::tensor_value<std::int32_t, tf::shape<T>>;
+
+tf::data::batch_of<4, tokens, tokens> token_batch(std::uint64_t salt) {
+  tf::data::batch_of<4, tokens, tokens> b;
+  for (std::size_t i = 0; i < b.features.size(); ++i) {
+    b.features[i] = static_cast<std::int32_t>(tf::random_stream{7 + salt, 0}.uniform(i) * V);
+    b.labels[i] = (b.features[i] + 1) % V;  // learnable: the next id
+  }
+  b.valid = 4;
+  return b;
+}
+}  // namespace
+
+TEST_CASE("inside residual, repeat and recompute, dense layers compute and store in 16 bits too") {
+  using bf = gpt<tf::repeat<2, gpt_block>>::under<tf::mixed_bfloat16>;
+  // layer 3 is repeat<2, block>; in a block, child 1 is the MLP residual, whose
+  // children are layer_norm, dense<4D>, gelu, dense<D>.
+  using mlp = bf::layer<3>::child<0>::child<1>;
+  static_assert(std::is_same_v<mlp::child<1>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<mlp::child<1>::output_dtype, tf::bfloat16>);  // gelu and dense<D> read 16 bits
+  static_assert(std::is_same_v<mlp::child<2>::output_dtype, tf::bfloat16>);  // gelu keeps it
+  static_assert(std::is_same_v<mlp::child<3>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<mlp::child<3>::output_dtype, tf::float32>);   // added to the float32 skip path
+  static_assert(std::is_same_v<bf::layer<3>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bf::layer<5>::compute_dtype, tf::float32>);   // tied_logits
+  // What a step keeps: per block, dense<4D>'s and gelu's outputs (B*T*4D
+  // values each) shrink by 2 bytes a value; each dense keeps its rounded
+  // kernel and bias (float32, rows padded) for the backward pass.
+  constexpr int B = 4;
+  constexpr std::size_t saved = 2 * 2 * (B * T * 4 * D) * 2;
+  constexpr std::size_t rounded_weights = 2 * 4 * ((8 * 32 + 32) + (32 * 16 + 16));
+  CHECK(tf::memory_plan<bf, B>::kept_activation_bytes + saved ==
+        tf::memory_plan<gpt<tf::repeat<2, gpt_block>>, B>::kept_activation_bytes + rounded_weights);
+}
+
+TEST_CASE("a small GPT trains and generates under mixed_bfloat16 and mixed_float16, close to float32") {
+  auto losses = [](auto& model) {
+    model.compile(tf::optimizers::adam{.learning_rate = 1e-2}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+    std::vector<double> out;
+    for (int step = 0; step < 150; ++step) out.push_back(model.train_on_batch(token_batch(step % 8)));
+    return out;
+  };
+  tf::model<gpt<tf::repeat<2, tf::recompute<gpt_block>>>> f32{3};
+  tf::model<gpt<tf::repeat<2, tf::recompute<gpt_block>>>, tf::mixed_bfloat16> bf16{3};
+  tf::model<gpt<tf::repeat<2, tf::recompute<gpt_block>>>, tf::mixed_float16> f16{3};
+  const auto l32 = losses(f32), lbf = losses(bf16), l16 = losses(f16);
+  MESSAGE("loss after 150 steps: float32 " << l32.back() << ", mixed_bfloat16 " << lbf.back() << ", mixed_float16 "
+                                         << l16.back());
+  CHECK(l32.back() < 0.5 * l32.front());
+  CHECK(std::fabs(lbf.front() - l32.front()) < 0.02 * l32.front());  // the same weights, rounded
+  CHECK(std::fabs(l16.front() - l32.front()) < 0.005 * l32.front());
+  CHECK(lbf.back() < 0.5 * lbf.front());
+  CHECK(l16.back() < 0.5 * l16.front());
+  CHECK(f16.skipped_steps() == 0);
+  // The decoder is bound under the same policy.
+  const std::vector<std::int32_t> prompt{1, 2, 3};
+  const auto next = bf16.generate(prompt, 4, {.temperature = 0.f});
+  REQUIRE(next.size() == 4);
+  for (auto id : next) CHECK((id >= 0 && id < V));
+}

@@ -181,19 +181,27 @@ constexpr std::size_t leaf_count_of() {
     return Bound::params::count > 0 ? 1 : 0;
 }
 
-// Binds Specs one after another from In, each with its nested context.
-template <class Outer, class In, std::size_t I, class Previous, class... Specs>
+// Binds Specs one after another from In, each with its nested context. The
+// children compute in the outer context's compute dtype; a child stores its
+// output in 16 bits when the siblings after it read 16 bits (the combinator's
+// own output is float32, as every layer that is not element-wise reads it).
+template <class Outer, class In, std::size_t I, class Previous, class InDtype, class Siblings, class... Specs>
 struct bind_children {
   using type = std::tuple<>;
 };
-template <class Outer, class In, std::size_t I, class Previous, class Spec, class... Rest>
-struct bind_children<Outer, In, I, Previous, Spec, Rest...> {
+template <class Outer, class In, std::size_t I, class Previous, class InDtype, class Siblings, class Spec,
+          class... Rest>
+struct bind_children<Outer, In, I, Previous, InDtype, Siblings, Spec, Rest...> {
   using next = typename std::conditional_t<(sizeof...(Rest) > 0), std::tuple_element<0, std::tuple<Rest..., void>>,
                                            std::type_identity<void>>::type;
-  using bound = typename Spec::template bind<In, nested_context<Outer, Previous, next, I>>;
+  using compute = typename Outer::precision::compute;
+  using precision = layer_precision<compute, InDtype,
+                                    !std::is_same_v<compute, float32> && reads_16bit_from<Siblings, I + 1>()>;
+  using bound = typename Spec::template bind<In, nested_context<Outer, Previous, next, I, precision>>;
   using type = decltype(std::tuple_cat(
       std::declval<std::tuple<bound>>(),
-      std::declval<typename bind_children<Outer, typename bound::output_shape, I + 1, Spec, Rest...>::type>()));
+      std::declval<typename bind_children<Outer, typename bound::output_shape, I + 1, Spec,
+                                          typename bound::output_dtype, Siblings, Rest...>::type>()));
 };
 
 }  // namespace detail
@@ -205,7 +213,9 @@ struct chain_binding : layer_defaults {
   // workspace and must outlast the call, so recompute does not apply there.
   static constexpr bool Kept = !Recompute || Context::decode_length > 0;
   static_assert(sizeof...(Specs) > 0, "a combinator needs at least one layer inside it");
-  using children = typename detail::bind_children<Context, In, 0, void, Specs...>::type;
+  using children =
+      typename detail::bind_children<Context, In, 0, void, typename Context::precision::input, std::tuple<Specs...>,
+                                     Specs...>::type;
   static constexpr std::size_t n = sizeof...(Specs);
   template <std::size_t I>
   using child = std::tuple_element_t<I, children>;
@@ -225,6 +235,18 @@ struct chain_binding : layer_defaults {
 
  public:
   static constexpr auto out_sizes = per_child([]<class L>() { return L::output_shape::size; });
+  // Bytes of each child's stored output per sample (2 an element in 16 bits).
+  static constexpr auto out_bytes =
+      per_child([]<class L>() { return L::output_shape::size * sizeof(typename L::output_dtype::value_type); });
+  // What the combinator reports as its compute dtype: the policy's when some
+  // child computes in 16 bits.
+  using compute_dtype = std::conditional_t<
+      []<std::size_t... I>(std::index_sequence<I...>) {
+        return (!std::is_same_v<typename std::tuple_element_t<I, children>::compute_dtype, float32> || ...);
+      }(std::make_index_sequence<n>{}),
+      typename Context::precision::compute, float32>;
+  static_assert(std::is_same_v<typename child<n - 1>::output_dtype, float32>,
+                "a combinator's last layer hands on float32");
   static constexpr auto aliases = per_child([]<class L>() { return L::output_aliases_input; });
   static constexpr auto in_place = per_child([]<class L>() { return L::gradient_in_place; });
   static constexpr auto child_ws_per_sample = per_child([]<class L>() { return L::workspace_bytes_per_sample; });
@@ -290,7 +312,7 @@ struct chain_binding : layer_defaults {
   static constexpr std::size_t kept_per_sample = [] {
     std::size_t sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (output_slot[i] == static_cast<int>(i)) sum += out_sizes[i] * sizeof(float);
+      if (output_slot[i] == static_cast<int>(i)) sum += out_bytes[i];
       sum += child_ws_per_sample[i];
     }
     return sum;
@@ -348,14 +370,14 @@ struct chain_binding : layer_defaults {
       std::size_t end = 0;
       for (std::size_t i = 0; i < n; ++i) {
         at[i] = end;
-        if (output_slot[i] == static_cast<int>(i)) end += region(out_sizes[i] * sizeof(float), 0);
+        if (output_slot[i] == static_cast<int>(i)) end += region(out_bytes[i], 0);
       }
       return at;
     }();
     static constexpr std::size_t outputs_end = [] {
       std::size_t end = 0;
       for (std::size_t i = 0; i < n; ++i)
-        if (output_slot[i] == static_cast<int>(i)) end += region(out_sizes[i] * sizeof(float), 0);
+        if (output_slot[i] == static_cast<int>(i)) end += region(out_bytes[i], 0);
       return end;
     }();
     static constexpr auto workspace_offset = [] {

@@ -74,8 +74,7 @@ constexpr bool reads_16bit_from() {
 // repeated blocks never draw the same mask. Nested is true inside a
 // combinator, whose root names the parameters (see model/chain.hpp).
 //
-// Precision is a layer_precision<>. Combinators bind their children in
-// float32 for now (nested_context keeps the default).
+// Precision is a layer_precision<>.
 template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void,
           std::uint64_t Salt = static_cast<std::uint64_t>(Position), bool Nested = false,
           class Precision = layer_precision<>>
@@ -91,10 +90,11 @@ struct layer_context {
 };
 
 // The place of child `Index` of a combinator at Outer: the neighbours are its
-// siblings, the position (for error messages) and the rest are inherited.
-template <class Outer, class Previous, class Next, std::size_t Index>
+// siblings, the position (for error messages) and the rest are inherited;
+// Precision is worked out among the siblings (see chain.hpp).
+template <class Outer, class Previous, class Next, std::size_t Index, class Precision = layer_precision<>>
 using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs,
-                                     Outer::salt * 1000003u + Index + 1, true>;
+                                     Outer::salt * 1000003u + Index + 1, true, Precision>;
 
 // A check whose name carries the facts: when a static_assert on it fails,
 // g++ prints "'layer_check<layer_at<3, reshape<7, 7>>, given<shape<10>>,
