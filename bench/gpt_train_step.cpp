@@ -1,6 +1,7 @@
 // A GPT's training step on the CPU: typeflow's side of bench/compare_pytorch_gpt.sh.
 //
-//   build/bench/gpt_train_step [--config small|large|both] [--min-time S] [benchmark flags...]
+//   build/bench/gpt_train_step [--config small|large|both] [--policy float32|mixed_bfloat16|mixed_float16]
+//                              [--min-time S] [benchmark flags...]
 //
 // small: n_layer 4, n_head 4, n_embd 128, block 64, batch 12 (the char_gpt demo's model)
 // large: n_layer 6, n_head 6, n_embd 384, block 256, batch 64
@@ -11,9 +12,11 @@
 // One benchmark iteration is one train_on_batch; items_per_second is
 // tokens/s. After the Google Benchmark table, one line per configuration
 // for the comparison script:
-//   typeflow config=small tokens_per_second=X step_ms=Y peak_rss_mib=Z params=N
+//   typeflow config=small tokens_per_second=X step_ms=Y peak_rss_mib=Z params=N policy=P
 // peak_rss_mib is the process's peak resident memory so far (getrusage), so
-// run one configuration per process to read each one's peak.
+// run one configuration per process to read each one's peak. --policy picks
+// the precision policy (float32 by default; the head stays float32 under
+// every policy, as a mixed policy requires).
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -42,7 +45,7 @@ using gpt = tf::sequential<
                                            tf::causal_self_attention<Heads>>,
                               tf::residual<tf::layer_normalization<tf::layer_norm_options{.epsilon = 1e-5f}>,
                                            tf::dense<4 * Width>, tf::gelu, tf::dense<Width>>>>,
-    tf::layer_normalization<tf::layer_norm_options{.epsilon = 1e-5f}>, tf::dense<vocab>>;
+    tf::layer_normalization<tf::layer_norm_options{.epsilon = 1e-5f}>, tf::dense<vocab, tf::float32>>;
 
 using small_gpt = gpt<4, 4, 128, 64>;
 using large_gpt = gpt<6, 6, 384, 256>;
@@ -53,7 +56,7 @@ double peak_rss_mib() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-template <class Net, int Batch>
+template <class Net, int Batch, class Policy = tf::float32_policy>
 void train_step(benchmark::State& state) {
   constexpr int block = Net::input_shape_type::template dim<0>;
   using ids = tf::data::tensor_value<std::int32_t, tf::shape<block>>;
@@ -63,7 +66,7 @@ void train_step(benchmark::State& state) {
     batch.labels[i] = static_cast<std::int32_t>(tf::random_stream{2, 0}.uniform(i) * vocab);
   }
   batch.valid = Batch;
-  auto model = std::make_unique<tf::model<Net>>(1);
+  auto model = std::make_unique<tf::model<Net, Policy>>(1);
   model->compile(tf::optimizers::adamw{.learning_rate = 1e-3, .weight_decay = 0.1f, .beta_2 = 0.99f, .epsilon = 1e-8f},
                  tf::losses::sparse_categorical_crossentropy{.from_logits = true});
   for (int i = 0; i < 3; ++i) model->train_on_batch(batch);  // set-up and first touches
@@ -71,12 +74,20 @@ void train_step(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * Batch * block);
   state.counters["params"] = static_cast<double>(Net::parameter_count);
   state.counters["peak_rss_mib"] = peak_rss_mib();
-  using plan = tf::memory_plan<Net, Batch, 2>;
+  using plan = tf::memory_plan<typename Net::template under<Policy>, Batch, 2>;
   state.counters["arena_mib"] = static_cast<double>(plan::total_bytes) / 1048576.0;
 }
 
 BENCHMARK_TEMPLATE(train_step, small_gpt, 12)->Name("gpt/small")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, large_gpt, 64)->Name("gpt/large")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, small_gpt, 12, tf::mixed_bfloat16)
+    ->Name("gpt_mixed_bfloat16/small")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_bfloat16)
+    ->Name("gpt_mixed_bfloat16/large")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, small_gpt, 12, tf::mixed_float16)
+    ->Name("gpt_mixed_float16/small")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_float16)
+    ->Name("gpt_mixed_float16/large")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Prints the table as usual and keeps each configuration's figures.
 class summary_reporter : public benchmark::ConsoleReporter {
@@ -109,11 +120,13 @@ class summary_reporter : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config = "both", min_time;
+  std::string config = "both", policy = "float32", min_time;
   std::vector<char*> args{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc)
       config = argv[++i];
+    else if (std::strcmp(argv[i], "--policy") == 0 && i + 1 < argc)
+      policy = argv[++i];
     else if (std::strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
       min_time = argv[++i];
     else
@@ -123,7 +136,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_train_step: --config takes small, large or both; got %s\n", config.c_str());
     return 2;
   }
-  std::string filter = "--benchmark_filter=" + (config == "both" ? std::string("gpt/") : "gpt/" + config);
+  if (policy != "float32" && policy != "mixed_bfloat16" && policy != "mixed_float16") {
+    std::fprintf(stderr, "gpt_train_step: --policy takes float32, mixed_bfloat16 or mixed_float16; got %s\n",
+                 policy.c_str());
+    return 2;
+  }
+  const std::string prefix = policy == "float32" ? "gpt/" : "gpt_" + policy + "/";
+  std::string filter = "--benchmark_filter=^" + prefix + (config == "both" ? std::string() : config);
   std::string time = "--benchmark_min_time=" + (min_time.empty() ? std::string("3") : min_time);
   args.push_back(filter.data());
   args.push_back(time.data());
@@ -133,8 +152,8 @@ int main(int argc, char** argv) {
   summary_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   for (const auto& [name, f] : reporter.results)
-    std::printf("typeflow config=%s tokens_per_second=%.0f step_ms=%.2f peak_rss_mib=%.0f params=%.0f\n", name.c_str(),
-                f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params);
+    std::printf("typeflow config=%s tokens_per_second=%.0f step_ms=%.2f peak_rss_mib=%.0f params=%.0f policy=%s\n",
+                name.c_str(), f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params, policy.c_str());
   benchmark::Shutdown();
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -356,13 +357,14 @@ TEST_CASE("inside residual, repeat and recompute, dense layers compute and store
   static_assert(std::is_same_v<bf::layer<3>::compute_dtype, tf::bfloat16>);
   static_assert(std::is_same_v<bf::layer<5>::compute_dtype, tf::float32>);   // tied_logits
   // What a step keeps: per block, dense<4D>'s and gelu's outputs (B*T*4D
-  // values each) shrink by 2 bytes a value; each dense keeps its rounded
-  // kernel and bias (float32, rows padded) for the backward pass.
+  // values each) shrink by 2 bytes a value. The rounded weights and inputs
+  // live in the shared scratch, which grows instead.
   constexpr int B = 4;
+  using f32_plan = tf::memory_plan<gpt<tf::repeat<2, gpt_block>>, B>;
+  using bf_plan = tf::memory_plan<bf, B>;
   constexpr std::size_t saved = 2 * 2 * (B * T * 4 * D) * 2;
-  constexpr std::size_t rounded_weights = 2 * 4 * ((8 * 32 + 32) + (32 * 16 + 16));
-  CHECK(tf::memory_plan<bf, B>::kept_activation_bytes + saved ==
-        tf::memory_plan<gpt<tf::repeat<2, gpt_block>>, B>::kept_activation_bytes + rounded_weights);
+  CHECK(bf_plan::kept_activation_bytes + saved == f32_plan::kept_activation_bytes);
+  CHECK(bf_plan::scratch_bytes > f32_plan::scratch_bytes);
 }
 
 TEST_CASE("a small GPT trains and generates under mixed_bfloat16 and mixed_float16, close to float32") {
@@ -389,4 +391,24 @@ TEST_CASE("a small GPT trains and generates under mixed_bfloat16 and mixed_float
   const auto next = bf16.generate(prompt, 4, {.temperature = 0.f});
   REQUIRE(next.size() == 4);
   for (auto id : next) CHECK((id >= 0 && id < V));
+}
+
+TEST_CASE("for_each_block_as_float visits every element once, in blocks, below and above the threading threshold") {
+  for (std::size_t n : {std::size_t{5}, std::size_t{4096}, std::size_t{10001}, std::size_t{100003}}) {
+    std::vector<tf::bf16> stored(n);
+    for (std::size_t i = 0; i < n; ++i) stored[i] = tf::bf16(static_cast<float>(i % 251));
+    std::vector<int> visits(n, 0);
+    std::vector<float> seen(n, -1.f);
+    std::atomic<bool> oversized{false};  // no doctest assertion on the worker threads
+    tf::precision::for_each_block_as_float<tf::bfloat16>(stored.data(), n, [&](float* block, std::size_t begin, std::size_t length) {
+      if (length > 4096) oversized = true;
+      for (std::size_t j = 0; j < length; ++j) {
+        ++visits[begin + j];
+        seen[begin + j] = block[j];
+      }
+    });
+    CHECK_FALSE(oversized);
+    CHECK(std::count(visits.begin(), visits.end(), 1) == static_cast<std::ptrdiff_t>(n));
+    for (std::size_t i = 0; i < n; i += 13) CHECK(seen[i] == static_cast<float>(i % 251));
+  }
 }

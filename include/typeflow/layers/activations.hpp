@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/fixed_string.hpp"
@@ -19,6 +20,7 @@
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/storage.hpp"
 
 namespace typeflow {
 
@@ -48,12 +50,20 @@ struct activation {
       explicit executor(const layer_io& io) : io_(io) {}
 
       void forward() {
-        if constexpr (!fused) {
-          const value* in = reinterpret_cast<const value*>(io_.in);
+        if constexpr (fused) {
+          return;
+        } else if constexpr (std::is_same_v<value, float>) {
+          const float* in = io_.in;
+          float* out = io_.out;
+          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = Functor{}.value(in[i]); });
+        } else {  // 16-bit storage: blocks converted to float32 and back
           value* out = reinterpret_cast<value*>(io_.out);
-          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
-            out[i] = value(Functor{}.value(static_cast<float>(in[i])));
-          });
+          precision::for_each_block_as_float<output_dtype>(
+              reinterpret_cast<const value*>(io_.in), count, [=](float* x, std::size_t begin, std::size_t length) {
+#pragma omp simd
+                for (std::size_t j = 0; j < length; ++j) x[j] = Functor{}.value(x[j]);
+                convert(x, out + begin, length);
+              });
         }
       }
 
@@ -61,20 +71,28 @@ struct activation {
       void backward() {
         if (!io_.d_in) return;
         float* grad = io_.d_in;
-        if constexpr (Functor::derivative_from_output) {
-          const value* out = reinterpret_cast<const value*>(io_.out);
-          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
-            grad[i] *= Functor{}.derivative_at_output(static_cast<float>(out[i]));
-          });
+        const float* from = Functor::derivative_from_output ? io_.out : io_.in;
+        if constexpr (std::is_same_v<value, float>) {
+          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] *= derivative(from[i]); });
         } else {
-          const value* in = reinterpret_cast<const value*>(io_.in);
-          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) {
-            grad[i] *= Functor{}.derivative_at_input(static_cast<float>(in[i]));
-          });
+          precision::for_each_block_as_float<output_dtype>(
+              reinterpret_cast<const value*>(from), count, [=](const float* x, std::size_t begin, std::size_t length) {
+                float* g = grad + begin;
+#pragma omp simd
+                for (std::size_t j = 0; j < length; ++j) g[j] *= derivative(x[j]);
+              });
         }
       }
 
      private:
+      // f'(.) from the output or from the input, as the functor defines it.
+      static float derivative(float x) {
+        if constexpr (Functor::derivative_from_output)
+          return Functor{}.derivative_at_output(x);
+        else
+          return Functor{}.derivative_at_input(x);
+      }
+
       layer_io io_;
     };
   };

@@ -90,17 +90,19 @@ struct dense {
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
     static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
 
-    // 16 bits: the kernel and bias rounded, kept for the step's backward;
-    // the input rounded (and the output before it is stored in 16 bits) in scratch.
+    // 16 bits, all in scratch (rounded again in backward, which costs one
+    // pass over the kernel and keeps nothing between the passes): the input
+    // rounded, the output before it is stored in 16 bits, the kernel and
+    // bias rounded.
     static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
     static constexpr std::size_t bias_floats = aligned_floats(units);
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
     // A 16-bit input is read through a float32 copy, whatever this layer computes in.
     static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;
-    static constexpr std::size_t workspace_bytes_per_step = low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0;
     static constexpr std::size_t scratch_bytes_per_sample =
         copies_input ? rows_per_sample * (in_features + (stores_16bit ? units : 0)) * sizeof(float) : 0;
-    static constexpr std::size_t scratch_bytes_per_step = copies_input ? arena_alignment : 0;
+    static constexpr std::size_t scratch_bytes_per_step =
+        (copies_input ? 2 * arena_alignment : 0) + (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0);
 
     template <int Batch>
     class executor {
@@ -139,12 +141,7 @@ struct dense {
       }
 
       void forward() {
-        if constexpr (low_precision) {
-          // The weights as this step's product sees them (Keras casts them at each call).
-          float* kernel = rounded_kernel();
-          std::memcpy(kernel, io_.params, (kernel_floats + bias_floats) * sizeof(float));
-          precision::round_in_place<compute_dtype>(kernel, kernel_floats + bias_floats);
-        }
+        if constexpr (low_precision) round_weights();
         if constexpr (copies_input) round_input();
         forward_.run();
         if constexpr (stores_16bit)
@@ -159,7 +156,10 @@ struct dense {
         // The gradient arriving here is held in 16 bits (it is this layer's
         // to use up), and the input is copied again: scratch does not
         // outlive a call.
-        if constexpr (low_precision) precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
+        if constexpr (low_precision) {
+          precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
+          round_weights();
+        }
         if constexpr (copies_input) round_input();
         kernel_grad_.run();
         bias_gradient();
@@ -175,10 +175,19 @@ struct dense {
       static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * in_features;
       static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
 
-      float* rounded_kernel() const { return reinterpret_cast<float*>(io_.workspace); }
+      // Scratch: the rounded input, the output before storing, the rounded weights.
+      static constexpr std::size_t output_offset = align_up(input_count * sizeof(float));
+      static constexpr std::size_t weights_offset =
+          output_offset + (stores_16bit ? align_up(output_count * sizeof(float)) : 0);
       float* rounded_input() const { return reinterpret_cast<float*>(io_.scratch); }
-      float* output_before_storing() const {
-        return reinterpret_cast<float*>(io_.scratch + align_up(input_count * sizeof(float)));
+      float* output_before_storing() const { return reinterpret_cast<float*>(io_.scratch + output_offset); }
+      float* rounded_kernel() const { return reinterpret_cast<float*>(io_.scratch + weights_offset); }
+
+      // The weights as this step's product sees them (Keras casts them at each call).
+      void round_weights() {
+        float* kernel = rounded_kernel();
+        std::memcpy(kernel, io_.params, (kernel_floats + bias_floats) * sizeof(float));
+        precision::round_in_place<compute_dtype>(kernel, kernel_floats + bias_floats);
       }
       // The input as float32, holding values of the compute dtype.
       void round_input() {

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/storage.hpp"
 
 namespace typeflow {
 
@@ -71,17 +73,20 @@ struct dropout {
           for (std::ptrdiff_t b = b0; b < b1; ++b) {
             std::uint32_t words[4];
             rng.block(static_cast<std::uint64_t>(b), words);
-            for (int j = 0; j < 4; ++j) {
-              const std::ptrdiff_t i = b * 4 + j;
-              const bool kept = (words[j] >> 8) >= threshold;
-              keep[i] = kept;
-              out[i] = value(kept ? static_cast<float>(in[i]) * scale : 0.f);
-            }
+            for (int j = 0; j < 4; ++j) keep[b * 4 + j] = (words[j] >> 8) >= threshold;
           }
         }
-        for (std::ptrdiff_t i = blocks * 4; i < count; ++i) {
-          keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
-          out[i] = value(keep[i] ? static_cast<float>(in[i]) * scale : 0.f);
+        for (std::ptrdiff_t i = blocks * 4; i < count; ++i) keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
+        // Then the mask applied: a second, vectorised pass.
+        if constexpr (std::is_same_v<value, float>) {
+          backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = keep[i] ? in[i] * scale : 0.f; });
+        } else {  // 16-bit storage: blocks converted to float32 and back
+          precision::for_each_block_as_float<output_dtype>(in, count, [=](float* x, std::size_t begin, std::size_t length) {
+            const std::uint8_t* k = keep + begin;
+#pragma omp simd
+            for (std::size_t j = 0; j < length; ++j) x[j] = k[j] ? x[j] * scale : 0.f;
+            convert(x, out + begin, length);
+          });
         }
       }
 

@@ -34,16 +34,13 @@ inline constexpr bool is_16bit_v = std::is_same_v<Dtype, float16> || std::is_sam
 
 namespace detail {
 
-// f(begin, end) over [0, n) in chunks, on the threads when n is large.
+// f(begin, end) over [0, n) in chunks of at most `chunk` elements, on the
+// threads when n is large.
+inline constexpr std::ptrdiff_t chunk = 4096;
 template <class F>
 void in_chunks(std::size_t n, F f) {
-  constexpr std::ptrdiff_t chunk = 4096;
   const auto chunks = static_cast<std::ptrdiff_t>((n + chunk - 1) / chunk);
-  if (n < static_cast<std::size_t>(backend::cpu::parallel_threshold)) {
-    f(std::size_t{0}, n);
-    return;
-  }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= static_cast<std::size_t>(backend::cpu::parallel_threshold))
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const std::size_t begin = static_cast<std::size_t>(c * chunk);
     const std::size_t end = begin + chunk < n ? begin + chunk : n;
@@ -76,6 +73,19 @@ inline void round_to_bf16(float* values, std::size_t n) noexcept {
 }
 
 }  // namespace detail
+
+// f(block, begin, length) over [0, n) in blocks of at most 4096 elements,
+// where block holds stored[begin, begin + length) converted to float32 in one
+// vector pass: element-wise layers work on 16-bit storage through it (a
+// conversion per element would keep the compiler from vectorising the loop).
+template <class Dtype, class F>
+void for_each_block_as_float(const typename Dtype::value_type* stored, std::size_t n, F f) {
+  detail::in_chunks(n, [&](std::size_t begin, std::size_t end) {
+    alignas(64) float block[detail::chunk];
+    convert(stored + begin, block, end - begin);
+    f(block, begin, end - begin);
+  });
+}
 
 template <class Dtype>
 void round_in_place(float* values, std::size_t n) {
