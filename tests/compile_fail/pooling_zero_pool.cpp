@@ -1,0 +1,10 @@
+// expected-error: average_pooling2d<Pool, Strides, Padding>: the pool size must be positive in both directions
+#include <typeflow/typeflow.hpp>
+#include <typeflow/layers/pooling.hpp>
+
+namespace tf = typeflow;
+
+using net = tf::sequential<tf::input<28, 28, 1>, tf::dense<8>, tf::average_pooling2d<{2, 0}, 2>, tf::flatten,
+                           tf::dense<10>>;
+
+int main() { return static_cast<int>(net::parameter_count); }
