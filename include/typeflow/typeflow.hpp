@@ -11,6 +11,7 @@
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/batch_norm.hpp"
+#include "typeflow/layers/conv2d.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/embedding.hpp"

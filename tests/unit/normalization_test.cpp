@@ -331,6 +331,8 @@ TEST_CASE_TEMPLATE("layer_norm's d_in, d_gamma and d_beta match finite differenc
 
 TEST_CASE_TEMPLATE("batch_norm's training-mode d_in, d_gamma and d_beta match finite differences", Layer,
                    bound<tf::batch_norm, tf::shape<5>>, bound<tf::batch_norm, tf::shape<3, 5>>,
+                   bound<tf::batch_norm, tf::shape<2, 3, 5>>,  // an (H, W, C) image: per channel
+
                    bound<tf::batch_normalization<{.center = false}>, tf::shape<5>>,
                    bound<tf::batch_normalization<{.scale = false}>, tf::shape<5>>) {
   layer_harness<Layer, 4> h;

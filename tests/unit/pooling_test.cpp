@@ -13,7 +13,6 @@
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
-#include <typeflow/layers/pooling.hpp>
 #include <typeflow/layers/zero_padding2d.hpp>
 
 #include "../support/gradient_check.hpp"
