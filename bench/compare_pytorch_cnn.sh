@@ -75,17 +75,7 @@ source "$root/bench/pytorch_env.sh"
 pytorch_env_setup compare_pytorch_cnn.sh
 
 # --- 2. typeflow's benchmark ----------------------------------------------------
-bench=$build_dir/bench/cnn_train_step
-build_type=n/a
-if [[ $pytorch_only == 0 ]]; then
-  build_type=$(configure_release_build "$build_dir")
-  log "building cnn_train_step"
-  cmake --build "$build_dir" --target cnn_train_step >&2 || {
-    echo "compare_pytorch_cnn.sh: could not build cnn_train_step (bench/cnn_train_step.cpp);" \
-         "--pytorch-only runs the PyTorch side alone" >&2
-    exit 1
-  }
-fi
+build_typeflow_bench compare_pytorch_cnn.sh cnn_train_step
 
 # --- 3. Both sides ---------------------------------------------------------------
 side_environments "$typeflow_passive"

@@ -78,17 +78,7 @@ source "$root/bench/pytorch_env.sh"
 pytorch_env_setup compare_pytorch_gpt.sh
 
 # --- 2. typeflow's benchmark ----------------------------------------------------
-bench=$build_dir/bench/gpt_train_step
-build_type=n/a
-if [[ $pytorch_only == 0 ]]; then
-  build_type=$(configure_release_build "$build_dir")
-  log "building gpt_train_step"
-  cmake --build "$build_dir" --target gpt_train_step >&2 || {
-    echo "compare_pytorch_gpt.sh: could not build gpt_train_step (bench/gpt_train_step.cpp);" \
-         "--pytorch-only runs the PyTorch side alone" >&2
-    exit 1
-  }
-fi
+build_typeflow_bench compare_pytorch_gpt.sh gpt_train_step
 
 # --- 3. Both sides ---------------------------------------------------------------
 side_environments "$typeflow_passive"

@@ -77,6 +77,22 @@ configure_release_build() {
   echo "$type"
 }
 
+# build_typeflow_bench SCRIPT TARGET: sets $bench (build_dir/bench/TARGET) and
+# $build_type, and, unless $pytorch_only is 1, configures $build_dir as
+# Release if it has no cache and builds TARGET; SCRIPT prefixes errors.
+build_typeflow_bench() {
+  local script=$1 target=$2
+  bench=$build_dir/bench/$target
+  build_type=n/a
+  [[ ${pytorch_only:-0} == 1 ]] && return 0
+  build_type=$(configure_release_build "$build_dir")
+  log "building $target"
+  cmake --build "$build_dir" --target "$target" >&2 || {
+    echo "$script: could not build $target (bench/$target.cpp); --pytorch-only runs the PyTorch side alone" >&2
+    exit 1
+  }
+}
+
 # side_environments PASSIVE: the `env ...` prefixes each side runs under, as
 # the arrays typeflow_env and torch_env. Both: OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset, OMP_NUM_THREADS=2. PyTorch also gets
