@@ -297,7 +297,7 @@ TEST_CASE("16-bit rounding helpers round to nearest even and keep infinities and
 }
 
 TEST_CASE("the MNIST MLP reaches float32's test accuracy within 0.5 points under both mixed policies") {
-  // The example's model (examples/mnist_mlp.cpp) without dropout, 2 epochs
+  // The example's model (examples/mnist_mlp.cpp) without dropout, 1 epoch
   // of Adam at batch 128, the same seed and shuffle under each policy.
   using net = tf::sequential<tf::input<28, 28>, tf::flatten, tf::dense<512>, tf::relu, tf::dense<512>, tf::relu,
                              tf::dense<10, tf::float32>>;
@@ -309,17 +309,17 @@ TEST_CASE("the MNIST MLP reaches float32's test accuracy within 0.5 points under
   auto test_accuracy = [&](auto& model) {
     model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
                   tf::losses::sparse_categorical_crossentropy{.from_logits = true}, tf::metrics::accuracy{});
-    model.fit(train, {.epochs = 2, .verbose = 0});
+    model.fit(train, {.epochs = 1, .verbose = 0});
     return model.evaluate(test).at("accuracy");
   };
   tf::model<net> f32{42};
   tf::model<net, tf::mixed_bfloat16> bf16{42};
   tf::model<net, tf::mixed_float16> f16{42};
   const double a32 = test_accuracy(f32), abf = test_accuracy(bf16), a16 = test_accuracy(f16);
-  MESSAGE("MNIST test accuracy after 2 epochs: float32 " << a32 << ", mixed_bfloat16 " << abf << ", mixed_float16 "
+  MESSAGE("MNIST test accuracy after 1 epoch: float32 " << a32 << ", mixed_bfloat16 " << abf << ", mixed_float16 "
                                                          << a16 << " (loss scale " << f16.loss_scale() << ", "
                                                          << f16.skipped_steps() << " skipped)");
-  CHECK(a32 > 0.97);
+  CHECK(a32 > 0.95);
   CHECK(std::fabs(abf - a32) <= 0.005);
   CHECK(std::fabs(a16 - a32) <= 0.005);
 }
