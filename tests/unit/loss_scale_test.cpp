@@ -76,3 +76,17 @@ TEST_CASE("all_finite finds an inf or a NaN anywhere, and unscale divides by the
   tf::precision::unscale(g.data(), g.size(), 4.f);
   CHECK(g[0] == 0.125f);
 }
+
+TEST_CASE("unscale_all_finite unscales and finds an inf or a NaN in the same pass") {
+  std::vector<float> g(1001, 0.5f);
+  g[3] = std::numeric_limits<float>::max();
+  CHECK(tf::precision::unscale_all_finite(g.data(), g.size(), 4.f));
+  CHECK(g[0] == 0.125f);
+  CHECK(g[3] == std::numeric_limits<float>::max() / 4.f);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    for (std::size_t at : {std::size_t{0}, std::size_t{517}, std::size_t{1000}}) {
+      std::vector<float> copy(1001, 0.5f);
+      copy[at] = bad;
+      CHECK_FALSE(tf::precision::unscale_all_finite(copy.data(), copy.size(), 2.f));
+    }
+}

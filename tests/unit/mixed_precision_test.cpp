@@ -284,6 +284,17 @@ TEST_CASE("16-bit rounding helpers round to nearest even and keep infinities and
     CHECK(representable_in_f16(f16[i]));
     CHECK(representable_in_bf16(bf[i]));
   }
+  // round_into gives the same values without touching its input.
+  std::vector<float> f16_into(v.size()), bf_into(v.size());
+  const auto original = v;
+  tf::precision::round_into<tf::float16>(v.data(), f16_into.data(), v.size());
+  tf::precision::round_into<tf::bfloat16>(v.data(), bf_into.data(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) continue;
+    CHECK(f16_into[i] == f16[i]);
+    CHECK(bf_into[i] == bf[i]);
+    CHECK(v[i] == original[i]);
+  }
   CHECK(f16[2] == INFINITY);  // past 65504
   CHECK(f16[7] == 0.f);       // below half the smallest subnormal
   CHECK(bf[0] == 1.f);

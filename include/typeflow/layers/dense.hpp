@@ -185,15 +185,12 @@ struct dense {
 
       // The weights as this step's product sees them (Keras casts them at each call).
       void round_weights() {
-        float* kernel = rounded_kernel();
-        std::memcpy(kernel, io_.params, (kernel_floats + bias_floats) * sizeof(float));
-        precision::round_in_place<compute_dtype>(kernel, kernel_floats + bias_floats);
+        precision::round_into<compute_dtype>(io_.params, rounded_kernel(), kernel_floats + bias_floats);
       }
       // The input as float32, holding values of the compute dtype.
       void round_input() {
         if constexpr (std::is_same_v<input_dtype, float32>) {
-          std::memcpy(rounded_input(), io_.in, input_count * sizeof(float));
-          precision::round_in_place<compute_dtype>(rounded_input(), input_count);
+          precision::round_into<compute_dtype>(io_.in, rounded_input(), input_count);
         } else {
           // Stored in 16 bits: a float32 layer reads the values as they are,
           // a 16-bit one of the other kind rounds them again.

@@ -9,8 +9,7 @@
 //   - after growth_steps consecutive finite steps the scale doubles.
 // A fixed scale never changes; a non-finite step is still skipped.
 //
-// Only the state machine and the array helpers exist so far; model::fit does
-// not use them yet (issue 6).
+// model<Net, mixed_float16> runs this state machine in its step (train/model.hpp).
 #pragma once
 
 #include <cmath>
@@ -90,6 +89,20 @@ inline void unscale(float* values, std::size_t n, float scale) noexcept {
   const float inverse = 1.f / scale;
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) values[i] *= inverse;
+}
+
+// unscale and all_finite in one pass: values *= 1 / scale, and whether every
+// value was finite. On false the values are no use (the step is skipped, and
+// the next backward pass writes every gradient afresh).
+inline bool unscale_all_finite(float* values, std::size_t n, float scale) noexcept {
+  const float inverse = 1.f / scale;
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (std::size_t i = 0; i < n; ++i) {
+    bad |= !(values[i] - values[i] == 0.f);
+    values[i] *= inverse;
+  }
+  return bad == 0;
 }
 
 }  // namespace typeflow::precision

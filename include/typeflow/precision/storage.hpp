@@ -3,6 +3,7 @@
 //   round_in_place<Dtype>(values, n)    each value becomes the nearest Dtype
 //                                       value, held as a float (ties to even;
 //                                       float16 overflows to infinity)
+//   round_into<Dtype>(in, out, n)       the same, from in into out, one pass
 //   to_float<Dtype>(stored, out, n)     Dtype storage -> float32
 //   from_float<Dtype>(values, out, n)   float32 -> Dtype storage, rounded
 //
@@ -48,24 +49,26 @@ void in_chunks(std::size_t n, F f) {
   }
 }
 
-inline void round_to_f16(float* values, std::size_t n) noexcept {
+// in and out are the same array or do not overlap.
+inline void round_to_f16(const float* in, float* out, std::size_t n) noexcept {
   std::size_t i = 0;
 #if defined(__F16C__) && !defined(__CUDA_ARCH__)
   for (const std::size_t end = n - n % 8; i < end; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(values + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_ps(values + i, _mm256_cvtph_ps(h));
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
   }
 #endif
-  for (; i < n; ++i) values[i] = static_cast<float>(f16(values[i]));
+  for (; i < n; ++i) out[i] = static_cast<float>(f16(in[i]));
 }
 
-inline void round_to_bf16(float* values, std::size_t n) noexcept {
+inline void round_to_bf16(const float* in, float* out, std::size_t n) noexcept {
   // The same rule as bf16(float): ties to even on the top 16 bits, NaN kept
   // (quietened). Integer operations only, which the compiler vectorises.
-  auto* bits = reinterpret_cast<std::uint32_t*>(values);
+  const auto* from = reinterpret_cast<const std::uint32_t*>(in);
+  auto* bits = reinterpret_cast<std::uint32_t*>(out);
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t u = bits[i];
+    const std::uint32_t u = from[i];
     const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
     const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     bits[i] = nan ? ((u | 0x00400000u) & 0xffff0000u) : rounded;
@@ -87,14 +90,23 @@ void for_each_block_as_float(const typename Dtype::value_type* stored, std::size
   });
 }
 
+// out[i] = in[i] rounded to Dtype; in and out are the same array or do not overlap.
+template <class Dtype>
+void round_into(const float* in, float* out, std::size_t n) {
+  if constexpr (std::is_same_v<Dtype, float16>)
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_f16(in + b, out + b, e - b); });
+  else if constexpr (std::is_same_v<Dtype, bfloat16>)
+    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_bf16(in + b, out + b, e - b); });
+  else if constexpr (std::is_same_v<Dtype, float32>) {
+    if (in != out) std::memcpy(out, in, n * sizeof(float));
+  } else
+    static_assert(std::is_same_v<Dtype, float32>, "round_into: Dtype is float32, float16 or bfloat16");
+}
+
 template <class Dtype>
 void round_in_place(float* values, std::size_t n) {
-  if constexpr (std::is_same_v<Dtype, float16>)
-    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_f16(values + b, e - b); });
-  else if constexpr (std::is_same_v<Dtype, bfloat16>)
-    detail::in_chunks(n, [=](std::size_t b, std::size_t e) { detail::round_to_bf16(values + b, e - b); });
-  else
-    static_assert(std::is_same_v<Dtype, float32>, "round_in_place: Dtype is float32, float16 or bfloat16");
+  static_assert(!std::is_same_v<Dtype, float32>, "round_in_place: Dtype is float16 or bfloat16");
+  round_into<Dtype>(values, values, n);
 }
 
 template <class Dtype>

@@ -717,8 +717,7 @@ class model {
     // every replica and worker sees the same verdict).
     if constexpr (loss_scaling) {
       float* grads = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
-      const bool finite = precision::all_finite(grads, Net::parameter_floats);
-      if (finite) precision::unscale(grads, Net::parameter_floats, loss_scale_.scale());
+      const bool finite = precision::unscale_all_finite(grads, Net::parameter_floats, loss_scale_.scale());
       if (!loss_scale_.after_step(finite)) {
         const double penalty = has_regularizers ? apply_regularizers(false) : 0.0;
         if (has_regularizers) regularization_mean_.update(penalty, samples);
