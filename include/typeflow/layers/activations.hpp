@@ -26,6 +26,7 @@ namespace typeflow {
 
 template <class Functor, epilogue Epilogue, fixed_string Name>
 struct activation {
+  using functor = Functor;  // what other backends run (backend/cuda/layers.cuh)
   static std::string type_name() { return std::string(Name.view()); }
 
   template <class In, class Context>

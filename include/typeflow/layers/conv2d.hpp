@@ -57,9 +57,11 @@
 #include <string_view>
 #include <type_traits>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include "typeflow/backend/cpu/context.hpp"
+#if TYPEFLOW_HAS_ONEDNN_CPP
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/foreign_calls.hpp"
@@ -225,6 +227,7 @@ struct buffers {
 };
 
 // The three convolution primitives and the kernel reorders around them.
+#if TYPEFLOW_HAS_ONEDNN_CPP
 class primitives {
   using md = dnnl::memory::desc;
   using dims = dnnl::memory::dims;
@@ -460,6 +463,19 @@ inline void primitives::execute(const backend::cpu::context& ctx, const dnnl::pr
     throw std::runtime_error("typeflow: oneDNN convolution " + std::string(what) + " failed with status " +
                              std::to_string(status));
 }
+#else
+// CUDA translation units (see backend/cpu/context.hpp): the interface only.
+class primitives {
+ public:
+  primitives() = default;
+  primitives(backend::cpu::context&, const problem&) {}
+  std::size_t scratchpad_bytes() const { return 0; }
+  std::string implementations() const { return "none (CUDA translation unit)"; }
+  void bind(const buffers&, std::byte*) {}
+  void forward() const {}
+  void backward() const {}
+};
+#endif
 
 // The executor both layers share; Layer is the bound layer.
 template <class Layer, int Batch>

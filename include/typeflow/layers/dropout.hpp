@@ -45,6 +45,8 @@ struct dropout {
     static constexpr std::size_t flops_per_sample = In::size;
     using compute_dtype = typename Context::precision::input;
     using output_dtype = typename Context::precision::input;
+    // The mask's stream: mix_seed(model seed, mask_salt), counter (step, i). The CUDA executor draws the same.
+    static constexpr std::uint64_t mask_salt = 0xD120u + Context::salt;
 
     template <int Batch>
     class executor : public executor_defaults {
@@ -63,7 +65,7 @@ struct dropout {
           return;
         }
         auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
-        const random_stream rng{mix_seed(io_.run->seed, 0xD120u + Context::salt), io_.run->step};
+        const random_stream rng{mix_seed(io_.run->seed, mask_salt), io_.run->step};
         // keep when uniform >= Rate, i.e. when the top 24 bits >= ceil(Rate * 2^24).
         const auto threshold = static_cast<std::uint32_t>(std::ceil(double{Rate} * 16777216.0));
         constexpr std::ptrdiff_t blocks = count / 4, chunk = 256;

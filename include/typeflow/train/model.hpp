@@ -109,7 +109,14 @@ class model {
   static_assert(is_sequential_v<Network>, "model<Net>: Net must be a sequential<input<...>, layers...>");
   static_assert(is_policy_v<typename detail::policy_of<Policy>::type>,
                 "model<Net, Policy>: Policy is float32, mixed_float16, mixed_bfloat16 or a policy<Param, Compute, Output>");
-  static_assert(std::is_same_v<Device, cpu>, "model<Net, Policy, Strategy, Device>: only cpu exists so far");
+  static_assert(std::is_same_v<Device, cpu> || std::is_same_v<Device, cuda>,
+                "model<Net, Policy, Strategy, Device>: Device is cpu or cuda");
+  static_assert(!std::is_same_v<Device, cuda>,
+                "model<Net, Policy, Strategy, cuda> is defined in typeflow/cuda.cuh: include it in a CUDA "
+                "translation unit (a .cu file compiled by nvcc, linked to typeflow::cuda)");
+  // model<..., cuda> keeps a host model beside its device arena and reads its state.
+  template <class, class, class, class>
+  friend class model;
 
  public:
   using policy_type = typename detail::policy_of<Policy>::type;
@@ -523,6 +530,11 @@ class model {
   // Sets the arena and the step program up for batch size N, once per size.
   template <int N>
   step_program<Net, N>& program_for() {
+#if !TYPEFLOW_HAS_ONEDNN_CPP
+    static_assert(N < 0, "model<Net, Policy, Strategy, cpu> cannot train or predict in a CUDA translation unit: "
+                         "nvcc 13 cannot compile oneDNN's C++ header under C++20 (backend/cpu/context.hpp). "
+                         "Run CPU models from a .cpp file, or use model<Net, Policy, single_device, cuda>");
+#endif
     if (program_batch_ != N || !program_) {
       program_.reset();
       using plan = memory_plan<Net, N, 0>;

@@ -10,6 +10,10 @@
 // gemm_shape / epilogue description.
 #pragma once
 
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/gemm.hpp"
+
+#if TYPEFLOW_HAS_ONEDNN_CPP
 #include <array>
 #include <cstddef>
 #include <stdexcept>
@@ -17,22 +21,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/core/foreign_calls.hpp"
 
 namespace typeflow {
-
-// What may follow a product inside the same kernel.
-enum class epilogue { none, relu, tanh, sigmoid };
-
-struct gemm_shape {
-  int m = 0, n = 0, k = 0;
-  bool transpose_a = false;  // A is stored (k, m) row-major
-  bool transpose_b = false;  // B is stored (n, k) row-major
-  // Row strides in floats when rows are padded; 0 means the row's length.
-  int lda = 0, ldb = 0, ldc = 0;
-};
-
 namespace backend::cpu {
 
 class matmul {
@@ -125,3 +116,21 @@ class matmul {
 
 }  // namespace backend::cpu
 }  // namespace typeflow
+#else
+#include <cstddef>
+
+namespace typeflow::backend::cpu {
+// CUDA translation units (see backend/cpu/context.hpp): the interface only,
+// so that layer executors still parse; model<..., cpu> refuses to compile
+// there, so none of it runs.
+class matmul {
+ public:
+  matmul() = default;
+  matmul(context&, gemm_shape, bool, epilogue = epilogue::none, bool = false) {}
+  std::size_t scratchpad_bytes() const { return 0; }
+  const char* implementation() const { return "none (CUDA translation unit)"; }
+  void bind(const float*, const float*, const float*, float*, std::byte*) {}
+  void run() const {}
+};
+}  // namespace typeflow::backend::cpu
+#endif

@@ -1,0 +1,100 @@
+// The optimizer a CUDA model was compiled with, behind a small virtual
+// interface (as compile() keeps the CPU one): the update plan and the
+// step state on the device, and the three calls a training step records
+// into its graph (optimizer.cuh): gradient statistics, the multi-tensor
+// update, and finish_step. Before each launch the host writes the step's
+// learning-rate constants (step table) into device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+
+#include "typeflow/backend/cuda/elementwise.cuh"
+#include "typeflow/backend/cuda/optimizer.cuh"
+#include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/optimizers/device_update.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
+
+namespace typeflow::backend::cuda {
+
+class device_optimizer_base {
+ public:
+  virtual ~device_optimizer_base() = default;
+  // Host side, before launching the step whose update number is `iteration`:
+  // enqueues the write of its constants on `stream` (outside any capture).
+  virtual void prepare(std::int64_t iteration, cudaStream_t stream) = 0;
+  // Recorded into the step: statistics over the gradients, the update of
+  // the weights and slots in `arena`, and the step state's advance.
+  virtual void record_update(std::byte* arena, std::size_t gradients_offset,
+                             const std::array<std::size_t, 8>& slot_offsets, cudaStream_t stream) = 0;
+};
+
+template <class Optimizer>
+class device_optimizer final : public device_optimizer_base {
+  using rule = optimizers::device::rule_of<Optimizer>;
+  using table_type = optimizers::device::step_table<rule>;
+
+ public:
+  device_optimizer(const Optimizer& o, std::span<const optimizers::parameter_tensor> tensors, std::size_t floats)
+      : optimizer_(o),
+        plan_(optimizers::device::make_update_plan(tensors, floats, o.weight_decay_applies_to)),
+        workspace_(plan_.statistics_workspace_bytes()),
+        statistics_(sizeof(optimizers::device::gradient_statistics)),
+        tensor_norms_(sizeof(double) * (plan_.tensor_count() ? plan_.tensor_count() : 1)),
+        state_(sizeof(optimizers::device::step_state)),
+        table_(sizeof(table_type)),
+        clip_(optimizers::device::clip_options_of(o)),
+        slots_(o.slot_count()) {
+    const auto initial = optimizers::device::make_step_state();  // float32: every step applies
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(state_.data(), &initial, sizeof initial, cudaMemcpyHostToDevice));
+  }
+
+  void prepare(std::int64_t iteration, cudaStream_t stream) override {
+    set_device_value(table_.template data<table_type>(), optimizers::device::step_table_for(optimizer_, iteration, 1),
+                     stream);
+  }
+
+  void record_update(std::byte* arena, std::size_t gradients_offset, const std::array<std::size_t, 8>& slot_offsets,
+                     cudaStream_t stream) override {
+    float* weights = reinterpret_cast<float*>(arena);
+    float* grads = reinterpret_cast<float*>(arena + gradients_offset);
+    slot_pointers slots;
+    for (int s = 0; s < slots_ && s < 3; ++s)
+      slots.slot[s] = reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(s)]);
+    auto* statistics = statistics_.template data<optimizers::device::gradient_statistics>();
+    auto* state = state_.template data<optimizers::device::step_state>();
+    gradient_statistics(grads, plan_, state, statistics, tensor_norms_.template data<double>(), workspace_.data(),
+                        workspace_.size(), stream);
+    apply_update<rule>(weights, grads, slots, plan_, clip_, statistics, tensor_norms_.template data<double>(), state,
+                       table_.template data<table_type>(), stream);
+    finish_step(state, statistics, &table_.template data<table_type>()->header, nullptr, stream);
+  }
+
+ private:
+  Optimizer optimizer_;
+  device_update_plan plan_;
+  device_buffer workspace_, statistics_, tensor_norms_, state_, table_;
+  optimizers::device::clip_options clip_;
+  int slots_;
+};
+
+// The optimizers with a device rule: sgd, adam, adamw, lion, rmsprop.
+template <class Optimizer>
+std::unique_ptr<device_optimizer_base> make_device_optimizer(const Optimizer& o,
+                                                             std::span<const optimizers::parameter_tensor> tensors,
+                                                             std::size_t floats) {
+  static_assert(std::is_same_v<Optimizer, optimizers::sgd> || std::is_same_v<Optimizer, optimizers::adam> ||
+                    std::is_same_v<Optimizer, optimizers::adamw> || std::is_same_v<Optimizer, optimizers::lion> ||
+                    std::is_same_v<Optimizer, optimizers::rmsprop>,
+                "compile on tf::cuda: the optimizer runs as one multi-tensor kernel, which exists for sgd, adam, "
+                "adamw, lion and rmsprop (gradient accumulation is not on the GPU yet)");
+  return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats);
+}
+
+}  // namespace typeflow::backend::cuda

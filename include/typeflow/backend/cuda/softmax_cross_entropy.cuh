@@ -1,0 +1,438 @@
+// Softmax and sparse categorical cross-entropy over the last axis on the GPU:
+// losses/losses.hpp's arithmetic (through core/row_math.hpp) on (rows, classes)
+// row-major float32 data, one fused pass per row.
+//
+//   sparse_softmax_cross_entropy              from logits z:
+//       row_loss[r] = lse(z) - z[y]
+//       d_logits    = (softmax(z) - onehot(y)) * gradient_scale / valid_rows
+//   sparse_crossentropy_from_probabilities    from probabilities p (Keras's
+//       from_logits=false): row_loss = -log(clip(p[y] / sum(p))), the
+//       gradient of that times gradient_scale / valid_rows (zero where the
+//       clip holds)
+//   softmax_forward                           p = softmax(z) per row
+//   mean_of                                   mean of n floats into one device float
+//
+// Rows r >= valid_rows are padding: zero loss, zero gradient, and their
+// labels are never read (labels may hold just valid_rows entries).
+// valid_rows must lie in [0, rows]; valid_rows == 0 gives scale 0.
+// gradient_scale is 1 for the plain mean loss, or the loss scale.
+//
+// A label outside [0, classes) in a valid row is never used as an index: that
+// row gets a NaN loss and a zero gradient, and when bad_labels is non-null
+// *bad_labels is increased by one (atomicAdd; the final count does not depend
+// on the order). The caller zeroes it and reads it back when it wants to know.
+//
+// Null pointers: d_logits / d_probabilities (loss only), row_loss (gradient only).
+// Aliasing: the gradient may be written over its input (d_logits == logits,
+// d_probabilities == probabilities, p == z); each element is read by the
+// thread that later writes it. No other overlap. Results are bitwise
+// repeatable: fixed reduction orders, no atomics on values.
+//
+// Rows up to 8192 classes are held in registers by a group of 32..1024
+// threads; wider rows (a GPT vocabulary) are streamed by 1024-thread blocks
+// and read twice. float4 access when classes % 4 == 0 and the row pointers
+// are 16-byte aligned. Everything is enqueued on `stream` (graph-capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/core/row_math.hpp"
+
+namespace typeflow::backend::cuda {
+
+namespace softmax_detail {
+
+namespace rm = typeflow::row_math;
+namespace gpu = typeflow::row_math::gpu;
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+enum class row_state { compute, padding, bad_label };
+
+// Classifies a row (uniform over its group: every thread reads the same label).
+__device__ __forceinline__ row_state classify(int r, const std::int32_t* labels, int valid_rows, int n, int& y) {
+  if (r >= valid_rows) return row_state::padding;
+  y = labels[r];
+  return (y < 0 || y >= n) ? row_state::bad_label : row_state::compute;
+}
+
+// Padding and bad rows: zero gradient; loss 0 or NaN (the flag counted once, by thread 0 of the group).
+template <bool kVec, int kGroup>
+__device__ __forceinline__ void write_dead_row(row_state state, int r, int t, float* grad_row, float* row_loss,
+                                               int* bad_labels, int n) {
+  using chunk = gpu::chunk<kVec>;
+  constexpr int stride = (kGroup == 0 ? 1024 : kGroup) * chunk::width;
+  if (grad_row)
+    for (int j = t * chunk::width; j < n; j += stride) chunk::filled(0.f).store(grad_row + j);
+  if (t == 0) {
+    if (row_loss) row_loss[r] = state == row_state::padding ? 0.f : quiet_nan();
+    if (state == row_state::bad_label && bad_labels) atomicAdd(bad_labels, 1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// From logits.
+
+template <int kGroup, bool kVec>
+__global__ void __launch_bounds__(gpu::block_threads<kGroup>)
+    xent_logits_held(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
+                     int valid_rows, float scale, int* bad_labels) {
+  using row = gpu::held_row<kGroup, kVec>;
+  using chunk = typename row::chunk_type;
+  constexpr int W = row::width;
+  constexpr int kRows = gpu::rows_per_block<kGroup>;
+  __shared__ rm::max_sum slots[gpu::slot_count<kGroup>];
+  const int t = static_cast<int>(threadIdx.x) % kGroup;
+  for (int r = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup; r < rows;
+       r += static_cast<int>(gridDim.x) * kRows) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    int y = 0;
+    const row_state state = classify(r, labels, valid_rows, n, y);
+    if (state != row_state::compute) {  // uniform over the group (block when kGroup > 32)
+      write_dead_row<kVec, kGroup>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
+      continue;
+    }
+    chunk v[row::chunks];
+    rm::max_sum m = rm::max_sum_empty();
+#pragma unroll
+    for (int i = 0; i < row::chunks; ++i) {
+      const int j = row::first_column(t, i);
+      if (j < n) {
+        v[i] = chunk::load(z + base + j);
+#pragma unroll
+        for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v[i].v[e]);
+      }
+    }
+    m = gpu::group_reduce<kGroup>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
+    const float lse = rm::log_sum_exp(m);
+#pragma unroll
+    for (int i = 0; i < row::chunks; ++i) {
+      const int j = row::first_column(t, i);
+      if (j < n) {
+        chunk g;
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          const bool is_label = j + e == y;
+          g.v[e] = rm::softmax_cross_entropy_gradient(v[i].v[e], lse, is_label, scale);
+          if (is_label && row_loss) row_loss[r] = rm::softmax_cross_entropy_loss(v[i].v[e], lse);
+        }
+        if (dz) g.store(dz + base + j);
+      }
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(1024)
+    xent_logits_streamed(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
+                         int valid_rows, float scale, int* bad_labels) {
+  using chunk = gpu::chunk<kVec>;
+  constexpr int W = chunk::width;
+  constexpr int kStride = 1024 * W;
+  __shared__ rm::max_sum slots[gpu::slot_count<0>];
+  const int t = static_cast<int>(threadIdx.x);
+  for (int r = static_cast<int>(blockIdx.x); r < rows; r += static_cast<int>(gridDim.x)) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    int y = 0;
+    const row_state state = classify(r, labels, valid_rows, n, y);
+    if (state != row_state::compute) {  // uniform over the block
+      write_dead_row<kVec, 0>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
+      continue;
+    }
+    rm::max_sum m = rm::max_sum_empty();
+    for (int j = t * W; j < n; j += kStride) {
+      const chunk v = chunk::load(z + base + j);
+#pragma unroll
+      for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v.v[e]);
+    }
+    m = gpu::group_reduce<0>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
+    const float lse = rm::log_sum_exp(m);
+    // Same columns per thread as above, so dz may be z.
+    for (int j = t * W; j < n; j += kStride) {
+      const chunk v = chunk::load(z + base + j);
+      chunk g;
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const bool is_label = j + e == y;
+        g.v[e] = rm::softmax_cross_entropy_gradient(v.v[e], lse, is_label, scale);
+        if (is_label && row_loss) row_loss[r] = rm::softmax_cross_entropy_loss(v.v[e], lse);
+      }
+      if (dz) g.store(dz + base + j);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// From probabilities. The group reduces (sum p, p[y]): only p[y]'s owner adds
+// it, so every thread learns p[y] without reading another thread's element.
+
+template <int kGroup, bool kVec>
+__global__ void __launch_bounds__(gpu::block_threads<kGroup>)
+    xent_probabilities_held(const float* p, const std::int32_t* labels, float* dp, float* row_loss, int rows, int n,
+                            int valid_rows, float scale, int* bad_labels) {
+  using row = gpu::held_row<kGroup, kVec>;
+  using chunk = typename row::chunk_type;
+  constexpr int W = row::width;
+  constexpr int kRows = gpu::rows_per_block<kGroup>;
+  __shared__ rm::sum_pair slots[gpu::slot_count<kGroup>];
+  const int t = static_cast<int>(threadIdx.x) % kGroup;
+  for (int r = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup; r < rows;
+       r += static_cast<int>(gridDim.x) * kRows) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    int y = 0;
+    const row_state state = classify(r, labels, valid_rows, n, y);
+    if (state != row_state::compute) {
+      write_dead_row<kVec, kGroup>(state, r, t, dp ? dp + base : nullptr, row_loss, bad_labels, n);
+      continue;
+    }
+    rm::sum_pair s{0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < row::chunks; ++i) {
+      const int j = row::first_column(t, i);
+      if (j < n) {
+        const chunk v = chunk::load(p + base + j);
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          s.first += v.v[e];
+          if (j + e == y) s.second = v.v[e];
+        }
+      }
+    }
+    s = gpu::group_reduce<kGroup>(s, rm::sum_pair{0.f, 0.f}, rm::sum_pair_merger{}, slots);
+    const rm::probability_loss loss = rm::sparse_probability_loss(s.second, s.first, scale);
+    if (t == 0 && row_loss) row_loss[r] = loss.loss;
+    if (dp) {
+#pragma unroll
+      for (int i = 0; i < row::chunks; ++i) {
+        const int j = row::first_column(t, i);
+        if (j < n) {
+          chunk g;
+#pragma unroll
+          for (int e = 0; e < W; ++e) g.v[e] = j + e == y ? loss.shared - loss.label_extra : loss.shared;
+          g.store(dp + base + j);
+        }
+      }
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(1024)
+    xent_probabilities_streamed(const float* p, const std::int32_t* labels, float* dp, float* row_loss, int rows, int n,
+                                int valid_rows, float scale, int* bad_labels) {
+  using chunk = gpu::chunk<kVec>;
+  constexpr int W = chunk::width;
+  constexpr int kStride = 1024 * W;
+  __shared__ rm::sum_pair slots[gpu::slot_count<0>];
+  const int t = static_cast<int>(threadIdx.x);
+  for (int r = static_cast<int>(blockIdx.x); r < rows; r += static_cast<int>(gridDim.x)) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    int y = 0;
+    const row_state state = classify(r, labels, valid_rows, n, y);
+    if (state != row_state::compute) {
+      write_dead_row<kVec, 0>(state, r, t, dp ? dp + base : nullptr, row_loss, bad_labels, n);
+      continue;
+    }
+    rm::sum_pair s{0.f, 0.f};
+    for (int j = t * W; j < n; j += kStride) {
+      const chunk v = chunk::load(p + base + j);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        s.first += v.v[e];
+        if (j + e == y) s.second = v.v[e];
+      }
+    }
+    s = gpu::group_reduce<0>(s, rm::sum_pair{0.f, 0.f}, rm::sum_pair_merger{}, slots);
+    const rm::probability_loss loss = rm::sparse_probability_loss(s.second, s.first, scale);
+    if (t == 0 && row_loss) row_loss[r] = loss.loss;
+    if (dp)
+      for (int j = t * W; j < n; j += kStride) {  // writes only: the values read above are no longer needed
+        chunk g;
+#pragma unroll
+        for (int e = 0; e < W; ++e) g.v[e] = j + e == y ? loss.shared - loss.label_extra : loss.shared;
+        g.store(dp + base + j);
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Softmax.
+
+template <int kGroup, bool kVec>
+__global__ void __launch_bounds__(gpu::block_threads<kGroup>) softmax_held(const float* z, float* out, int rows, int n) {
+  using row = gpu::held_row<kGroup, kVec>;
+  using chunk = typename row::chunk_type;
+  constexpr int W = row::width;
+  constexpr int kRows = gpu::rows_per_block<kGroup>;
+  __shared__ rm::max_sum slots[gpu::slot_count<kGroup>];
+  const int t = static_cast<int>(threadIdx.x) % kGroup;
+  for (int r = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup; r < rows;
+       r += static_cast<int>(gridDim.x) * kRows) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    chunk v[row::chunks];
+    rm::max_sum m = rm::max_sum_empty();
+#pragma unroll
+    for (int i = 0; i < row::chunks; ++i) {
+      const int j = row::first_column(t, i);
+      if (j < n) {
+        v[i] = chunk::load(z + base + j);
+#pragma unroll
+        for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v[i].v[e]);
+      }
+    }
+    m = gpu::group_reduce<kGroup>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
+    const float inverse_sum = 1.f / m.sum;
+#pragma unroll
+    for (int i = 0; i < row::chunks; ++i) {
+      const int j = row::first_column(t, i);
+      if (j < n) {
+        chunk q;
+#pragma unroll
+        for (int e = 0; e < W; ++e) q.v[e] = rm::softmax_probability(v[i].v[e], m.max, inverse_sum);
+        q.store(out + base + j);
+      }
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(1024) softmax_streamed(const float* z, float* out, int rows, int n) {
+  using chunk = gpu::chunk<kVec>;
+  constexpr int W = chunk::width;
+  constexpr int kStride = 1024 * W;
+  __shared__ rm::max_sum slots[gpu::slot_count<0>];
+  const int t = static_cast<int>(threadIdx.x);
+  for (int r = static_cast<int>(blockIdx.x); r < rows; r += static_cast<int>(gridDim.x)) {
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    rm::max_sum m = rm::max_sum_empty();
+    for (int j = t * W; j < n; j += kStride) {
+      const chunk v = chunk::load(z + base + j);
+#pragma unroll
+      for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v.v[e]);
+    }
+    m = gpu::group_reduce<0>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
+    const float inverse_sum = 1.f / m.sum;
+    for (int j = t * W; j < n; j += kStride) {
+      const chunk v = chunk::load(z + base + j);
+      chunk q;
+#pragma unroll
+      for (int e = 0; e < W; ++e) q.v[e] = rm::softmax_probability(v.v[e], m.max, inverse_sum);
+      q.store(out + base + j);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Mean: one block, sums in Sum (double) in a fixed order. A template, as
+// every kernel in this header, so that it links once however many
+// translation units include it.
+
+template <class Sum>
+__global__ void __launch_bounds__(1024) mean_kernel(const float* values, int n, float* result) {
+  __shared__ Sum slots[gpu::slot_count<0>];
+  Sum s = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += 1024) s += values[i];
+  s = gpu::group_reduce<0>(s, Sum{0}, rm::plus{}, slots);
+  if (threadIdx.x == 0) *result = n > 0 ? static_cast<float>(s / n) : 0.f;
+}
+
+inline void check_rows(const char* what, int rows, int classes, int valid_rows) {
+  if (rows < 0 || classes <= 0 || valid_rows < 0 || valid_rows > rows)
+    throw std::invalid_argument(std::string("typeflow: ") + what +
+                                ": needs rows >= 0, classes > 0 and 0 <= valid_rows <= rows, got rows " +
+                                std::to_string(rows) + ", classes " + std::to_string(classes) + ", valid_rows " +
+                                std::to_string(valid_rows));
+}
+
+inline float row_scale(float gradient_scale, int valid_rows) {
+  return valid_rows > 0 ? gradient_scale / static_cast<float>(valid_rows) : 0.f;
+}
+
+}  // namespace softmax_detail
+
+inline void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
+                                         float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
+                                         cudaStream_t stream, int* bad_labels = nullptr) {
+  namespace d = softmax_detail;
+  namespace gpu = typeflow::row_math::gpu;
+  d::check_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
+  if (rows == 0) return;
+  const float scale = d::row_scale(gradient_scale, valid_rows);
+  const bool vec = classes % 4 == 0 && gpu::all_aligned16(logits, d_logits);
+  gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
+    if constexpr (kGroup == 0)
+      d::xent_logits_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
+          logits, labels, d_logits, row_loss, rows, classes, valid_rows, scale, bad_labels);
+    else
+      d::xent_logits_held<kGroup, kVec><<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
+          logits, labels, d_logits, row_loss, rows, classes, valid_rows, scale, bad_labels);
+    TYPEFLOW_CUDA_CHECK_LAUNCH();
+  });
+}
+
+inline void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
+                                                   float* d_probabilities, float* row_loss, int rows, int classes,
+                                                   int valid_rows, float gradient_scale, cudaStream_t stream,
+                                                   int* bad_labels = nullptr) {
+  namespace d = softmax_detail;
+  namespace gpu = typeflow::row_math::gpu;
+  d::check_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
+  if (rows == 0) return;
+  const float scale = d::row_scale(gradient_scale, valid_rows);
+  const bool vec = classes % 4 == 0 && gpu::all_aligned16(probabilities, d_probabilities);
+  gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
+    if constexpr (kGroup == 0)
+      d::xent_probabilities_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
+          probabilities, labels, d_probabilities, row_loss, rows, classes, valid_rows, scale, bad_labels);
+    else
+      d::xent_probabilities_held<kGroup, kVec>
+          <<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
+              probabilities, labels, d_probabilities, row_loss, rows, classes, valid_rows, scale, bad_labels);
+    TYPEFLOW_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// losses::sparse_categorical_crossentropy{from_logits} on the GPU: one of the two above.
+inline void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
+                                            float* d_outputs, float* row_loss, int rows, int classes, int valid_rows,
+                                            float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr) {
+  if (from_logits)
+    sparse_softmax_cross_entropy(outputs, labels, d_outputs, row_loss, rows, classes, valid_rows, gradient_scale,
+                                 stream, bad_labels);
+  else
+    sparse_crossentropy_from_probabilities(outputs, labels, d_outputs, row_loss, rows, classes, valid_rows,
+                                           gradient_scale, stream, bad_labels);
+}
+
+inline void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream) {
+  namespace d = softmax_detail;
+  namespace gpu = typeflow::row_math::gpu;
+  d::check_rows("softmax_forward", rows, classes, 0);
+  if (rows == 0) return;
+  const bool vec = classes % 4 == 0 && gpu::all_aligned16(z, p);
+  gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
+    if constexpr (kGroup == 0)
+      d::softmax_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(z, p, rows, classes);
+    else
+      d::softmax_held<kGroup, kVec><<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
+          z, p, rows, classes);
+    TYPEFLOW_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// *result_device = (Σ values[0, n)) / n, summed in double in a fixed order
+// (0 when n is 0): the step's loss from row_loss with n = valid_rows, as
+// train/model.hpp's compute_loss does on the CPU.
+inline void mean_of(const float* values, int n, float* result_device, cudaStream_t stream) {
+  if (n < 0) throw std::invalid_argument("typeflow: mean_of: n must be >= 0, got " + std::to_string(n));
+  softmax_detail::mean_kernel<double><<<1, 1024, 0, stream>>>(values, n, result_device);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace typeflow::backend::cuda

@@ -1,0 +1,380 @@
+// The optimizer update as the CUDA backend runs it, in plain C++ (no CUDA
+// headers): the layout the kernels walk, the per-element formulas, the rule
+// adaptors over the optimizers' own functors, the per-step constants and
+// the loss-scale state machine. backend/cuda/optimizer.cuh launches these;
+// tests/unit/cuda_shared_math_test.cpp checks them against the CPU path
+// (clip_gradients, decay_weights, each optimizer's update, loss_scale).
+//
+// One step on the device, every piece capturable in a CUDA graph:
+//   1. gradient_statistics: unscale by step_state::inverse_loss_scale, the
+//      all-finite flag, squared norms (global and per tensor), one pass;
+//   2. apply_update: skips when loss scaling is on and a gradient was not
+//      finite; else clip, decay, rule, element by element;
+//   3. finish_step: the loss-scale state machine and the update counter
+//      (as train/model.hpp advances them), and a report for the host.
+// The learning-rate-dependent constants reach the kernels through a
+// step_table in device memory that the host rewrites before each step.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "typeflow/core/host_device.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/precision/loss_scale.hpp"
+
+namespace typeflow::optimizers::device {
+
+// ---------------------------------------------------------------------------
+// Layout: the flat region cut into chunks, each inside one tensor or one gap
+// between tensors. A chunk is the unit of the deterministic reduction (its
+// partial sum does not depend on the grid), and tells the update kernel its
+// tensor without a search.
+
+struct tensor_entry {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::uint32_t first_chunk = 0;  // its chunks are [first_chunk, first_chunk + chunk_count)
+  std::uint32_t chunk_count = 0;
+  std::uint32_t normed = 0;  // counts in norms and clipnorm (not a statistic), as clip_gradients
+  std::uint32_t decays = 0;  // weight decay applies (decays(scope, kind))
+};
+
+struct chunk {
+  std::uint64_t begin = 0;
+  std::uint32_t length = 0;
+  std::int32_t tensor = -1;  // index into the tensor table; -1 for padding between tensors
+};
+
+struct update_plan {
+  std::uint64_t floats = 0;
+  std::vector<tensor_entry> tensors;  // in the order given, so indices match the parameter table
+  std::vector<chunk> chunks;          // ascending, covering [0, floats) exactly
+};
+
+inline constexpr std::uint32_t default_chunk_floats = 8192;
+
+// Throws std::invalid_argument when tensors overlap or leave the region.
+inline update_plan make_update_plan(std::span<const parameter_tensor> tensors, std::size_t floats, decay_scope scope,
+                                    std::uint32_t chunk_floats = default_chunk_floats) {
+  if (chunk_floats == 0) throw std::invalid_argument("make_update_plan: chunk_floats must be positive");
+  update_plan plan;
+  plan.floats = floats;
+  plan.tensors.resize(tensors.size());
+  std::vector<std::size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensors[a].offset < tensors[b].offset; });
+  auto add_chunks = [&](std::uint64_t begin, std::uint64_t end, std::int32_t tensor) {
+    for (std::uint64_t at = begin; at < end; at += chunk_floats)
+      plan.chunks.push_back({at, static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_floats, end - at)), tensor});
+  };
+  std::uint64_t covered = 0;
+  for (std::size_t index : order) {
+    const parameter_tensor& t = tensors[index];
+    if (t.offset < covered || t.offset > floats || t.size > floats - t.offset)
+      throw std::invalid_argument("make_update_plan: tensor " + std::to_string(index) + " (offset " +
+                                  std::to_string(t.offset) + ", size " + std::to_string(t.size) +
+                                  ") overlaps another or leaves the region of " + std::to_string(floats) + " floats");
+    add_chunks(covered, t.offset, -1);
+    tensor_entry& e = plan.tensors[index];
+    e.offset = t.offset;
+    e.size = t.size;
+    e.first_chunk = static_cast<std::uint32_t>(plan.chunks.size());
+    add_chunks(t.offset, t.offset + t.size, static_cast<std::int32_t>(index));
+    e.chunk_count = static_cast<std::uint32_t>(plan.chunks.size()) - e.first_chunk;
+    e.normed = t.kind != param_kind::statistic;
+    e.decays = decays(scope, t.kind);
+    covered = t.offset + t.size;
+  }
+  add_chunks(covered, floats, -1);
+  if (plan.chunks.size() > 0x7fffffffu) throw std::invalid_argument("make_update_plan: too many chunks");
+  return plan;
+}
+
+// ---------------------------------------------------------------------------
+// Statistics: one pass over the gradients.
+
+struct gradient_statistics {
+  double squared_norm = 0;      // over tensors that are not statistics, after unscaling
+  std::int32_t all_finite = 1;  // every gradient of the region was finite before unscaling
+  std::int32_t reserved = 0;
+};
+
+// A bit test, which no fast-math flag can fold away (loss_scale.hpp's
+// x - x == 0 is the same predicate).
+TYPEFLOW_HOST_DEVICE bool is_finite_bits(float x) {
+  return (std::bit_cast<std::uint32_t>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Keras's clip_by_norm / clip_by_global_norm factor, as update.hpp computes
+// it: the norm in double, limit / norm in double rounded to float, and
+// nothing at all (1) at or below the limit.
+TYPEFLOW_HOST_DEVICE float norm_clip_factor(double squared_norm, float limit) {
+  const double norm = std::sqrt(squared_norm);
+  return norm > limit ? static_cast<float>(limit / norm) : 1.f;
+}
+
+// ---------------------------------------------------------------------------
+// Clipping and decay, per element.
+
+enum class clip_kind : std::int32_t { none, value, norm, global_norm };
+
+struct clip_options {
+  clip_kind kind = clip_kind::none;
+  float limit = 0.f;
+};
+
+template <class O>
+clip_options clip_options_of(const O& o) {
+  if (o.clipvalue) return {clip_kind::value, *o.clipvalue};
+  if (o.clipnorm) return {clip_kind::norm, *o.clipnorm};
+  if (o.global_clipnorm) return {clip_kind::global_norm, *o.global_clipnorm};
+  return {};
+}
+
+// factor: norm_clip_factor of the element's tensor (clipnorm) or of the
+// whole region (global_clipnorm); 1 leaves g untouched, as the CPU does.
+TYPEFLOW_HOST_DEVICE float clip_gradient(float g, clip_kind kind, float limit, float factor) {
+  if (kind == clip_kind::value) return g < -limit ? -limit : (limit < g ? limit : g);  // std::clamp's order
+  if (factor != 1.f) return g * factor;
+  return g;
+}
+
+// The float decay_weights multiplies by: 1 - lr * weight_decay in double.
+inline float decay_factor(double learning_rate, float weight_decay) {
+  return weight_decay == 0.f ? 1.f : static_cast<float>(1.0 - learning_rate * weight_decay);
+}
+
+TYPEFLOW_HOST_DEVICE float decay_weight(float w, bool decays, float factor) { return decays && factor != 1.f ? w * factor : w; }
+
+// ---------------------------------------------------------------------------
+// The rules, over the optimizers' own functors, behind one interface:
+// slots() of them, and (w, g, s) with s[k] slot k's value of the element.
+
+struct adam_step {
+  optimizers::detail::adam_rule rule;
+  std::int32_t amsgrad;
+  TYPEFLOW_HOST_DEVICE int slots() const { return amsgrad ? 3 : 2; }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    if (amsgrad)
+      rule(w, g, s[0], s[1], s[2]);
+    else
+      rule(w, g, s[0], s[1]);
+  }
+};
+
+struct sgd_step {
+  sgd::rule rule;
+  TYPEFLOW_HOST_DEVICE int slots() const { return rule.momentum == 0.f ? 0 : 1; }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    if (rule.momentum == 0.f)
+      w -= rule.lr * g;  // sgd::update's momentum-free loop
+    else
+      rule(w, g, s[0]);
+  }
+};
+
+struct lion_step {
+  lion::rule rule;
+  TYPEFLOW_HOST_DEVICE int slots() const { return 1; }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const { rule(w, g, s[0]); }
+};
+
+// rmsprop::update's loop: slots v, then p (momentum), then a (centered).
+struct rmsprop_step {
+  rmsprop::rule rule;
+  std::int32_t centered;
+  TYPEFLOW_HOST_DEVICE int slots() const { return 1 + (rule.momentum > 0.f) + (centered != 0); }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    const bool has_p = rule.momentum > 0.f;
+    const float step = centered ? rule.centered_step(g, s[0], s[has_p ? 2 : 1]) : rule.step(g, s[0]);
+    if (has_p) {
+      s[1] = rule.momentum * s[1] + step;
+      w -= s[1];
+    } else {
+      w -= step;
+    }
+  }
+};
+
+// The rule of update number `iteration` (1-based), with the constants each
+// optimizer's update() computes, the same way (double, then float).
+template <class O>
+  requires std::same_as<O, adam> || std::same_as<O, adamw>
+adam_step rule_for(const O& o, std::int64_t iteration) {
+  const double lr = current_learning_rate(o, iteration);
+  const double t = static_cast<double>(iteration);
+  const double correction = std::sqrt(1.0 - std::pow(double{o.beta_2}, t)) / (1.0 - std::pow(double{o.beta_1}, t));
+  return {{static_cast<float>(lr * correction), o.beta_1, o.beta_2, o.epsilon}, o.amsgrad};
+}
+inline sgd_step rule_for(const sgd& o, std::int64_t iteration) {
+  return {{static_cast<float>(current_learning_rate(o, iteration)), o.momentum, o.nesterov}};
+}
+inline lion_step rule_for(const lion& o, std::int64_t iteration) {
+  return {{static_cast<float>(current_learning_rate(o, iteration)), o.beta_1, o.beta_2}};
+}
+inline rmsprop_step rule_for(const rmsprop& o, std::int64_t iteration) {
+  return {{static_cast<float>(current_learning_rate(o, iteration)), o.rho, o.momentum, o.epsilon}, o.centered};
+}
+
+template <class O>
+using rule_of = decltype(rule_for(std::declval<const O&>(), std::int64_t{1}));
+
+// What one update needs that changes from step to step.
+template <class Rule>
+struct step_values {
+  Rule rule;
+  float decay_factor = 1.f;  // decay_factor(lr, weight_decay)
+};
+
+template <class O>
+step_values<rule_of<O>> step_values_for(const O& o, std::int64_t iteration) {
+  return {rule_for(o, iteration), decay_factor(current_learning_rate(o, iteration), o.weight_decay)};
+}
+
+// One element of apply_update: clip, decay, rule (update.hpp's order).
+template <class Rule>
+TYPEFLOW_HOST_DEVICE void update_element(float& w, float g, float* s, const step_values<Rule>& values, clip_kind clip,
+                                         float limit, float clip_factor, bool decays) {
+  g = clip_gradient(g, clip, limit, clip_factor);
+  w = decay_weight(w, decays, values.decay_factor);
+  values.rule(w, g, s);
+}
+
+// Steps whose update number the host cannot know yet: under loss scaling a
+// skipped step does not count (train/model.hpp), and the host learns of a
+// skip only when that step's report comes back. So it writes the values of
+// every number the device may be at, first_iteration .. + count - 1, and
+// the kernel picks step_state::iterations + 1.
+inline constexpr int step_table_capacity = 16;
+
+struct step_table_header {
+  std::int64_t first_iteration = 1;
+  std::int32_t count = 0;
+  std::int32_t reserved = 0;
+  // Where update number `iteration` sits in the table, or -1 when it misses.
+  TYPEFLOW_HOST_DEVICE int index_of(std::int64_t iteration) const {
+    const std::int64_t j = iteration - first_iteration;
+    return j >= 0 && j < count ? static_cast<int>(j) : -1;
+  }
+};
+
+template <class Rule>
+struct step_table {
+  step_table_header header;  // first, so that finish_step reads it whatever Rule is
+  step_values<Rule> values[step_table_capacity];
+
+  TYPEFLOW_HOST_DEVICE const step_values<Rule>* find(std::int64_t iteration) const {
+    const int j = header.index_of(iteration);
+    return j >= 0 ? &values[j] : nullptr;
+  }
+};
+
+template <class O>
+step_table<rule_of<O>> step_table_for(const O& o, std::int64_t first_iteration, int count) {
+  if (count < 1 || count > step_table_capacity)
+    throw std::invalid_argument("step_table_for: count must lie in [1, " + std::to_string(step_table_capacity) +
+                                "] (got " + std::to_string(count) + ")");
+  step_table<rule_of<O>> table;
+  table.header.first_iteration = first_iteration;
+  table.header.count = count;
+  for (int j = 0; j < count; ++j) table.values[j] = step_values_for(o, first_iteration + j);
+  return table;
+}
+
+// ---------------------------------------------------------------------------
+// The step's state in device memory: the update counter and loss scaling.
+
+struct step_state {
+  std::int64_t iterations = 0;  // updates applied (train/model.hpp's iterations_)
+  std::int64_t steps = 0;       // steps finished, applied or not
+  std::int64_t skipped = 0;     // steps skipped for a non-finite gradient (loss_scale::skipped_steps)
+  float loss_scale = 1.f;
+  float inverse_loss_scale = 1.f;  // 1 / loss_scale: what gradient_statistics multiplies by
+  std::int32_t skip_non_finite = 0;  // loss scaling on: a non-finite step changes nothing
+  std::int32_t dynamic = 0;
+  std::int32_t growth_steps = 0;
+  std::int32_t finite_steps = 0;
+  std::int32_t last_applied = 1;
+  std::int32_t table_missed = 0;  // a step found no step_table entry for its update number (a host bug)
+};
+
+inline step_state make_step_state() { return {}; }  // float32: no loss scaling
+inline step_state make_step_state(precision::dynamic_loss_scale o) {
+  const precision::loss_scale checked(o);  // the same argument checks
+  step_state s;
+  s.loss_scale = checked.scale();
+  s.inverse_loss_scale = 1.f / s.loss_scale;
+  s.skip_non_finite = 1;
+  s.dynamic = 1;
+  s.growth_steps = o.growth_steps;
+  return s;
+}
+inline step_state make_step_state(precision::fixed_loss_scale o) {
+  const precision::loss_scale checked(o);
+  step_state s;
+  s.loss_scale = checked.scale();
+  s.inverse_loss_scale = 1.f / s.loss_scale;
+  s.skip_non_finite = 1;
+  return s;
+}
+
+// Whether apply_update changes anything this step.
+TYPEFLOW_HOST_DEVICE bool update_applies(const step_state& s, bool all_finite) { return all_finite || !s.skip_non_finite; }
+
+// After the update: loss_scale::after_step, and ++iterations when applied.
+// `applied` is false also when the step table missed (nothing was changed).
+TYPEFLOW_HOST_DEVICE void finish_step(step_state& s, bool all_finite, bool applied) {
+  ++s.steps;
+  if (s.skip_non_finite) {
+    if (!all_finite) {
+      ++s.skipped;
+      if (s.dynamic) {
+        s.loss_scale *= 0.5f;
+        s.finite_steps = 0;
+      }
+    } else if (s.dynamic && ++s.finite_steps == s.growth_steps) {
+      s.loss_scale *= 2.f;
+      s.finite_steps = 0;
+    }
+    s.inverse_loss_scale = 1.f / s.loss_scale;
+  }
+  s.last_applied = applied;
+  if (applied) ++s.iterations;
+}
+
+// What the host reads back after each step (pinned memory).
+struct step_report {
+  std::int64_t step = 0;        // step_state::steps after it: 1, 2, ...
+  std::int64_t iterations = 0;  // updates applied so far
+  std::int64_t skipped = 0;
+  double squared_norm = 0;
+  float loss_scale = 1.f;  // the scale the next step uses
+  std::int32_t all_finite = 1;
+  std::int32_t applied = 1;
+  std::int32_t table_missed = 0;
+};
+
+TYPEFLOW_HOST_DEVICE step_report make_report(const step_state& s, const gradient_statistics& g) {
+  step_report r;
+  r.step = s.steps;
+  r.iterations = s.iterations;
+  r.skipped = s.skipped;
+  r.squared_norm = g.squared_norm;
+  r.loss_scale = s.loss_scale;
+  r.all_finite = g.all_finite;
+  r.applied = s.last_applied;
+  r.table_missed = s.table_missed;
+  return r;
+}
+
+}  // namespace typeflow::optimizers::device

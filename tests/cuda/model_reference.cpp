@@ -1,0 +1,39 @@
+// The CPU half of the CUDA model test (see model_reference.hpp).
+#include "model_reference.hpp"
+
+#include <cmath>
+
+namespace cuda_reference {
+
+toy_data make_data() {
+  toy_data d;
+  const tf::random_stream rng{seed, 99};
+  for (int i = 0; i < samples; ++i) {
+    float score = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float x = rng.normal(static_cast<std::uint64_t>(i * 32 + j));
+      d.features.push_back(x);
+      score += (j % 3 == 0 ? x : -0.5f * x);
+    }
+    d.labels.push_back(static_cast<std::int32_t>(std::fabs(score * 2.f)) % 10);
+  }
+  return d;
+}
+
+run_result train_on_cpu(int epochs) {
+  const toy_data d = make_data();
+  auto data = tf::data::from_tensor_slices<tf::shape<32>>(d.features, d.labels) | tf::data::batch<batch>;
+  tf::model<mlp> model(seed);
+  model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::sparse_categorical_accuracy{});
+  run_result r;
+  const auto history = model.fit(data, {.epochs = epochs, .verbose = 0});
+  r.losses = history["loss"];
+  r.accuracies = history["sparse_categorical_accuracy"];
+  const auto region = model.parameter_region();
+  r.parameters.assign(region.begin(), region.end());
+  return r;
+}
+
+}  // namespace cuda_reference
