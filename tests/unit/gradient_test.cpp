@@ -141,6 +141,34 @@ TEST_CASE("dropout's backward applies exactly the forward mask and scale") {
   CHECK(model.evaluate(data).at("loss") == model.evaluate(data).at("loss"));
 }
 
+TEST_CASE("dropout<0> passes the gradient through unchanged while training") {
+  // It keeps no mask (forward copies), so backward must not apply one: with
+  // an unwritten mask every gradient before it would become 0.
+  using with_dropout = tf::sequential<tf::input<6>, tf::dense<32>, tf::dropout<0.f>, tf::dense<4>>;
+  using without = tf::sequential<tf::input<6>, tf::dense<32>, tf::dense<4>>;
+  tf::model<with_dropout> a{3};
+  tf::model<without> b{3};
+  a.compile(tf::optimizers::sgd{.learning_rate = 0.f}, logits_loss);
+  b.compile(tf::optimizers::sgd{.learning_rate = 0.f}, logits_loss);
+  // The last dense sits at another position, so its initial weights differ: copy them.
+  for (const char* name : {"kernel", "bias"}) {
+    const auto from = b.parameter(std::string("layers.2.") + name);
+    auto to = a.parameter(std::string("layers.3.") + name);
+    REQUIRE(from.size() == to.size());
+    for (std::size_t i = 0; i < from.size(); ++i) to[i] = from[i];
+  }
+  const auto batch = class_batch();
+  CHECK(a.train_on_batch(batch) == b.train_on_batch(batch));
+  const auto ga = a.gradient("layers.1.kernel");
+  const auto gb = b.gradient("layers.1.kernel");
+  bool any_nonzero = false;
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    REQUIRE(ga[i] == gb[i]);
+    any_nonzero = any_nonzero || ga[i] != 0.f;
+  }
+  CHECK(any_nonzero);
+}
+
 TEST_CASE("dropout drops Rate of the inputs, scales survivors by 1/(1-Rate), and is off in evaluation") {
   using layer = tf::dropout<0.3f>::bind<tf::shape<1000>, tf::layer_context<1, tf::dense<4>, void>>;
   constexpr int batch = 4, count = 4000;

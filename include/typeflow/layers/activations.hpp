@@ -113,7 +113,12 @@ template <>
 inline constexpr epilogue fusable_epilogue<sigmoid> = epilogue::sigmoid;
 template <int Units, class... Options>
 inline constexpr bool fuses_epilogue<dense<Units, Options...>> = true;
-template <class Functor, epilogue Epilogue, fixed_string Name>
-inline constexpr dtype_flow dtype_flow_of<activation<Functor, Epilogue, Name>> = dtype_flow::passes_through;
+// Matched by the spec's functor, not as activation<Functor, Epilogue, Name>:
+// nvcc 13 does not deduce the fixed_string parameter in a partial
+// specialization, and would bind a mixed-precision network differently
+// from g++ (its activations taking float32 only).
+template <class Spec>
+  requires requires { typename Spec::functor; }
+inline constexpr dtype_flow dtype_flow_of<Spec> = dtype_flow::passes_through;
 
 }  // namespace typeflow

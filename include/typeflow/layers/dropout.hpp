@@ -93,7 +93,8 @@ struct dropout {
       }
 
       void backward() {
-        if (!io_.d_in) return;
+        // Rate 0 wrote no mask: the gradient passes through (in place).
+        if (!io_.d_in || Rate == 0.f) return;
         float* grad = io_.d_in;
         const auto* keep = reinterpret_cast<const std::uint8_t*>(io_.workspace);
         backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] = keep[i] ? grad[i] * scale : 0.f; });

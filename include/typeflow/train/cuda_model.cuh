@@ -1,5 +1,5 @@
-// model<Net, Policy, single_device, cuda>: the same model type, trained on an
-// NVIDIA GPU.
+// model<Net, Policy, Strategy, cuda>: the same model type, trained on NVIDIA
+// GPUs: single_device, or mirrored<N> on N GPUs of one process (NCCL).
 //
 // The weights, gradients, optimizer slots and activations live in one
 // cudaMalloc arena laid out by the same compile-time memory plan as on the
@@ -13,11 +13,21 @@
 // backward, the optimizer (one statistics pass, one update kernel), and the
 // copies of the step's losses and outputs back to pinned memory. The next
 // batch's host-to-device copy runs on a second stream while a step computes.
+//
+// mirrored<N>: replica r lives on device r with its own arena, weights and
+// optimizer state; each takes B / N consecutive samples, its backward is
+// enqueued layer by layer across the replicas, and each gradient bucket's
+// NCCL all-reduce (the mean) starts as soon as its layers are done, on a
+// communication stream, while the lower layers' backward runs. Every replica
+// then makes the same update on the same mean, so the weights stay equal
+// without a broadcast. These steps are enqueued eagerly, not captured: NCCL
+// warns that graphs over several GPUs of one process can deadlock.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -34,9 +44,11 @@
 #include "typeflow/backend/cuda/layers.cuh"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/device_optimizer.cuh"
+#include "typeflow/backend/cuda/nccl.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
 #include "typeflow/backend/device.hpp"
+#include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/train/model.hpp"
 
 namespace typeflow {
@@ -75,6 +87,13 @@ class device_program {
   void backward(cudaStream_t s) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (std::get<last - I>(executors_).backward(s), ...);
+    }(std::make_index_sequence<layer_count>{});
+  }
+  // Layer i's backward alone (mirrored<N> interleaves the replicas layer by
+  // layer, so that each gradient bucket's all-reduce starts early).
+  void backward_layer(std::size_t i, cudaStream_t s) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I == i ? std::get<I>(executors_).backward(s) : void()), ...);
     }(std::make_index_sequence<layer_count>{});
   }
 
@@ -142,39 +161,79 @@ class device_program {
 
 template <class Network, class Policy, class Strategy>
 class model<Network, Policy, Strategy, cuda> {
-  static_assert(std::is_same_v<Strategy, single_device>,
-                "model<Net, Policy, Strategy, cuda>: on tf::cuda only single_device exists so far; mirrored<N> "
-                "over NCCL (backend/cuda/nccl.hpp) is not wired into the model yet");
   using host_model = model<Network, Policy, single_device, cpu>;
   using Net = typename host_model::bound_network;
-  static_assert(!host_model::loss_scaling && std::is_same_v<typename host_model::policy_type, float32_policy>,
-                "model<Net, Policy, Strategy, cuda>: only the float32 policy runs on tf::cuda so far");
   static_assert(!host_model::bound_network::has_regularizers,
                 "model<Net, Policy, Strategy, cuda>: kernel and bias regularizers are not on tf::cuda yet");
+  static_assert(Strategy::replicas >= 1,
+                "model<Net, Policy, Strategy, cuda>: Strategy is single_device, mirrored<N> or multi_worker");
+  // multi_worker: one process per GPU (the local rank's), NCCL bootstrapped over MPI.
+  static constexpr bool across_processes = std::is_same_v<Strategy, multi_worker>;
+  static constexpr bool syncs_statistics = [] {
+    if constexpr (requires { Strategy::sync_statistics; })
+      return Strategy::sync_statistics;
+    else
+      return false;
+  }();
+  static_assert(!syncs_statistics,
+                "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: batch_norm is not on tf::cuda yet");
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
   using program_type = detail::cuda_model::device_program<Net, N>;
   static constexpr std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
+  using step_state = optimizers::device::step_state;
 
  public:
   using policy_type = typename host_model::policy_type;
+  static constexpr bool loss_scaling = host_model::loss_scaling;
   using network = Network;
   using bound_network = Net;
   using output_shape_type = typename Net::output_shape_type;
   static constexpr int classes = host_model::classes;
   static constexpr std::size_t rows_per_sample = host_model::rows_per_sample;
   static constexpr std::size_t parameter_count = Net::parameter_count;
-  static constexpr int replica_count = 1;
+  static constexpr int replica_count = Strategy::replicas;
 
-  // The same weights as model<Net, Policy> with this seed, on device `device`.
-  explicit model(std::uint64_t seed = 0, int device = 0)
-      : host_(seed),
-        device_(device),
-        gemm_workspace_(gemm_workspace_bytes),
-        step_device_(sizeof(backend::cuda::step_values)),
-        step_host_(sizeof(backend::cuda::step_values)) {}
+  // The same weights as model<Net, Policy> with this seed. Replica r runs on
+  // device first_device + r.
+  // multi_worker: each process takes its local rank's device (first_device is not used).
+  explicit model(std::uint64_t seed = 0, int first_device = 0) : host_(seed) {
+    if (first_device < 0)
+      throw std::invalid_argument("model<..., cuda>: device " + std::to_string(first_device) + " is negative");
+    if constexpr (across_processes) {
+      worker_ = std::make_unique<backend::cuda::nccl_communicator>(MPI_COMM_WORLD);
+      first_device = worker_->device();
+      // Each worker draws its own dropout masks, as on the CPU.
+      if (worker_->rank() > 0) seed = mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(worker_->rank()));
+    }
+    backend::cuda::require_devices(first_device + replica_count, replica_count > 1 ? "mirrored<N> on tf::cuda"
+                                                                                   : "model<Net, Policy, Strategy, cuda>");
+    for (int r = 0; r < replica_count; ++r) {
+      // Replica 0 draws the model's dropout masks; the others their own, as on the CPU.
+      const std::uint64_t replica_seed = r == 0 ? seed : mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
+      replicas_.push_back(std::make_unique<replica>(first_device + r, replica_seed));
+      *replicas_.back()->state_mirror() = initial_state_;
+    }
+    if constexpr (replica_count > 1) {
+      if (first_device != 0)
+        throw std::invalid_argument("mirrored<N> on tf::cuda: the replicas use devices 0 .. N-1 (ncclCommInitAll)");
+      nccl_ = std::make_unique<backend::cuda::nccl_communicators>(replica_count);
+    }
+  }
   model(const model&) = delete;
   model& operator=(const model&) = delete;
+  ~model() {
+    for (auto& r : replicas_) r->all_reduce.reset();  // before the communicators
+  }
+
+  // Whether this process prints and writes files: always, except on the
+  // non-zero ranks of a multi_worker job.
+  bool is_chief() const {
+    if constexpr (across_processes)
+      return worker_->rank() == 0;
+    else
+      return true;
+  }
 
   void summary(std::FILE* out = stdout) const { host_.summary(out); }
 
@@ -186,15 +245,18 @@ class model<Network, Policy, Strategy, cuda> {
     if (!loss.from_logits)
       throw std::invalid_argument("compile on tf::cuda: sparse_categorical_crossentropy needs from_logits = true "
                                   "(the fused kernel takes logits; end the network with a dense layer, no softmax)");
-    backend::cuda::device_guard on(device_);
     download_weights();
-    optimizer_ = backend::cuda::make_device_optimizer(optimizer, host_model::parameter_tensors_,
-                                                      Net::parameter_floats);
-    host_.compile(std::move(optimizer), std::move(loss), std::move(metrics)...);
-    // Fresh optimizer state on the device: the arena is laid out again.
-    for (auto& g : train_graph_) g.reset();
-    programs_.reset();
-    arena_ = backend::cuda::device_buffer();
+    host_.compile(optimizer, std::move(loss), std::move(metrics)...);
+    initial_state_.iterations = 0;
+    for (auto& r : replicas_) {
+      backend::cuda::device_guard on(r->device);
+      r->optimizer = backend::cuda::make_device_optimizer(optimizer, host_model::parameter_tensors_,
+                                                          Net::parameter_floats, initial_state_);
+      *r->state_mirror() = initial_state_;
+      // Fresh optimizer state on the device: the arena is laid out again.
+      r->forget_program();
+      r->arena = backend::cuda::device_buffer();
+    }
     device_has_weights_ = false;
   }
 
@@ -206,11 +268,12 @@ class model<Network, Policy, Strategy, cuda> {
     host_.template check_label_form<batch_type>("fit");
     static_assert(std::is_same_v<typename batch_type::label_value, std::int32_t>,
                   "fit on tf::cuda: the fused loss takes int32 class ids");
-    backend::cuda::device_guard on(device_);
-    auto& program = program_for<batch_type::size>();
+    constexpr int shard = shard_of<batch_type::size>();
+    prepare_programs<shard>();
     history result;
     history_recorder recorder{result};
     std::unique_ptr<progress_bar> bar;
+    if (!is_chief()) options.verbose = 0;  // one progress bar per job, the chief's
     if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
     if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
     std::vector<callback*> callbacks;
@@ -234,20 +297,24 @@ class model<Network, Policy, Strategy, cuda> {
       auto asked = clock::now();
       bool have = cursor.next(batch) && batch.valid == batch_type::size;
       int parity = 0;
-      if (have) stage(program, batch, parity);
+      if (have) stage<shard>(batch, parity);
       while (have) {
         const auto received = clock::now();
         waited += received - asked;
-        launch_train_step(program, parity);
+        launch_train_step<shard>(parity);
         asked = clock::now();
         const bool next = cursor.next(batch) && batch.valid == batch_type::size;
-        if (next) stage(program, batch, 1 - parity);
+        if (next) stage<shard>(batch, 1 - parity);
         const auto staged = clock::now();
         waited += staged - asked;
-        finish_train_step(program, parity);
+        finish_train_step<shard>(parity);
         ++step;
         stepped += clock::now() - staged;
         host_.fill_logs(step_logs, "");
+        if constexpr (loss_scaling) {  // mixed_float16: Keras's LossScaleOptimizer state
+          step_logs.set("loss_scale", loss_scale());
+          step_logs.set("skipped_steps", static_cast<double>(skipped_steps()));
+        }
         step_logs.set("learning_rate", host_.optimizer_->learning_rate(host_.iterations_ + 1));
         step_logs.set("input_wait_fraction",
                       std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
@@ -261,7 +328,7 @@ class model<Network, Policy, Strategy, cuda> {
                                     std::to_string(batch_type::size) + " samples to train on");
       epoch_logs = step_logs;
       if (options.validation_data) {
-        run_evaluation(program, options.validation_data);
+        run_evaluation(options.validation_data);
         host_.fill_logs(epoch_logs, "val_");
       }
       for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
@@ -281,21 +348,22 @@ class model<Network, Policy, Strategy, cuda> {
     if (batch.valid != N)
       throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
                                   std::to_string(N) + " samples; training steps take full batches");
-    backend::cuda::device_guard on(device_);
-    auto& program = program_for<N>();
-    stage(program, batch, 0);
-    launch_train_step(program, 0);
-    return finish_train_step(program, 0);
+    constexpr int shard = shard_of<N>();
+    prepare_programs<shard>();
+    stage<shard>(batch, 0);
+    launch_train_step<shard>(0);
+    return finish_train_step<shard>(0);
   }
 
+  // The loss and metrics over every sample of `data` (the last batch padded
+  // and masked), in inference mode, on replica 0.
   template <data::batched_dataset Dataset>
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
     host_model::template check_batch_type<batch_type>();
     host_.require_compiled("evaluate");
     host_.template check_label_form<batch_type>("evaluate");
-    backend::cuda::device_guard on(device_);
-    run_evaluation(program_for<batch_type::size>(), data);
+    run_evaluation(data);
     logs results;
     host_.fill_logs(results, "");
     evaluation out;
@@ -304,29 +372,31 @@ class model<Network, Policy, Strategy, cuda> {
   }
 
   // The model's outputs for every sample of `data`, (samples, output shape)
-  // row-major, in inference mode; labels, if any, are ignored.
+  // row-major, in inference mode, on replica 0; labels, if any, are ignored.
   template <data::batched_dataset Dataset>
   std::vector<float> predict(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
     host_model::template check_batch_type<batch_type>();
-    backend::cuda::device_guard on(device_);
-    auto& program = program_for<batch_type::size>();
+    constexpr int N = batch_type::size;
+    auto& r = *replicas_[0];
+    auto& program = r.template program_for<N>(*this);
+    backend::cuda::device_guard on(r.device);
     constexpr std::size_t per_sample = output_shape_type::size;
     std::vector<float> outputs;
     batch_type batch;
     auto cursor = data.open(0);
     while (cursor.next(batch)) {
-      stage_features(batch, 0);
-      staging_[0].copied.wait_on(compute_.get());
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), staging_[0].device.data(), staged_feature_bytes_,
-                                          cudaMemcpyDeviceToDevice, compute_.get()));
-      program.forward(compute_.get(), false);
+      r.stage_features(batch.features.data(), 0);
+      r.staging[0].copied.wait_on(r.compute.get());
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
+                                          cudaMemcpyDeviceToDevice, r.compute.get()));
+      program.forward(r.compute.get(), false);
       const std::size_t count = static_cast<std::size_t>(batch.valid) * per_sample;
       const std::size_t at = outputs.size();
       outputs.resize(at + count);
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(outputs.data() + at, program.output(), count * sizeof(float),
-                                          cudaMemcpyDeviceToHost, compute_.get()));
-      compute_.synchronize();
+                                          cudaMemcpyDeviceToHost, r.compute.get()));
+      r.compute.synchronize();
     }
     return outputs;
   }
@@ -334,14 +404,14 @@ class model<Network, Policy, Strategy, cuda> {
   // Weights: the host model's, brought up to date first.
   void save_weights(const std::filesystem::path& path) {
     download_weights();
-    host_.save_weights(path);
+    if (is_chief()) host_.save_weights(path);  // every worker holds the same weights
   }
   void load_weights(const std::filesystem::path& path) {
     host_.load_weights(path);
     device_has_weights_ = false;
   }
   std::vector<io::tensor_spec> parameter_specs() const { return host_.parameter_specs(); }
-  // A parameter's values on the host; writes through the view reach the device before the next step.
+  // A parameter's values on the host; writes through the view reach the devices before the next step.
   strided_view<float> parameter(std::string_view name) {
     download_weights();
     device_has_weights_ = false;
@@ -351,113 +421,274 @@ class model<Network, Policy, Strategy, cuda> {
     download_weights();
     return host_.parameter_region();
   }
+  // Replica r's parameter region, copied from its device (mirrored<N>: all equal).
+  std::vector<float> replica_parameter_region(int r) const {
+    const auto& rep = *replicas_.at(static_cast<std::size_t>(r));
+    std::vector<float> out(Net::parameter_floats);
+    if (!rep.arena.size()) return std::vector<float>(host_.parameter_region().begin(), host_.parameter_region().end());
+    backend::cuda::device_guard on(rep.device);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(out.data(), rep.arena.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
+    return out;
+  }
   std::int64_t iterations() const { return host_.iterations_; }
-  bool is_chief() const { return true; }
-  int device() const { return device_; }
-  // The device arena's size in bytes (0 before the first step).
-  std::size_t arena_bytes() const { return arena_.size(); }
+  int device(int r = 0) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
+  // Replica 0's device arena in bytes (0 before the first step).
+  std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
+
+  // Loss scaling (mixed_float16 only), as on the CPU: dynamic by default
+  // (Keras's LossScaleOptimizer), or fixed; setting it starts afresh. The
+  // scale and the skip decision live on the device; these read what the
+  // last finished step left.
+  void set_loss_scale(precision::dynamic_loss_scale options) {
+    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
+    restart_loss_scale(optimizers::device::make_step_state(options));
+  }
+  void set_loss_scale(precision::fixed_loss_scale options) {
+    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
+    restart_loss_scale(optimizers::device::make_step_state(options));
+  }
+  float loss_scale() const { return loss_scaling ? replicas_[0]->state_mirror()->loss_scale : 1.f; }
+  std::int64_t skipped_steps() const { return loss_scaling ? replicas_[0]->state_mirror()->skipped : 0; }
 
  private:
-  // The arena for batch size N (weights uploaded), and its program, once per size.
-  template <int N>
-  program_type<N>& program_for() {
-    if (!programs_ || program_batch_ != N) {
-      using plan = memory_plan<Net, N, 0>;
-      const std::size_t step_base = host_.step_base();
-      const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
-      if (arena_.size() < total) {
-        // Growing keeps the weights, gradients and slots (the prefix), as on the CPU.
-        backend::cuda::device_buffer grown(total);
-        TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, total, compute_.get()));
-        if (arena_.size())
-          TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena_.data(), std::min(step_base, arena_.size()),
-                                              cudaMemcpyDeviceToDevice, compute_.get()));
-        compute_.synchronize();
-        arena_ = std::move(grown);
-      }
-      for (auto& g : train_graph_) g.reset();
-      programs_.reset();
-      auto program = std::make_shared<program_type<N>>(arena_.data(), step_base, lt_.get(), gemm_workspace_.data(),
-                                                       gemm_workspace_bytes,
-                                                       step_device_.template data<backend::cuda::step_values>(),
-                                                       host_.run_.seed);
-      // Staging: two pinned host buffers and two device buffers per input, so
-      // batch k + 1 moves while step k runs.
-      constexpr std::size_t feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
-                                            sizeof(typename Net::input_dtype::value_type);
-      constexpr std::size_t label_bytes = static_cast<std::size_t>(N) * rows_per_sample * sizeof(std::int32_t);
-      for (auto& s : staging_) {
-        s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes);
-        s.device = backend::cuda::device_buffer(feature_bytes + label_bytes);
-        s.copied = backend::cuda::event();
-      }
-      staged_feature_bytes_ = feature_bytes;
-      staged_label_bytes_ = label_bytes;
-      constexpr std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
-      results_host_ = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float) + 64);
-      programs_ = program;
-      program_batch_ = N;
+  struct staging_buffers {
+    backend::cuda::pinned_buffer host;
+    backend::cuda::device_buffer device;
+    backend::cuda::event copied;
+  };
+
+  // Checks the device and makes it current, before any member after it
+  // creates a stream or allocates: they all belong to it.
+  struct chosen_device {
+    int index;
+    explicit chosen_device(int d) : index(d) { TYPEFLOW_CUDA_CHECK(cudaSetDevice(d)); }
+    operator int() const { return index; }
+  };
+
+  // One replica: a device and everything on it.
+  struct replica {
+    chosen_device device;
+    std::uint64_t seed;
+    backend::cuda::stream compute, copy;
+    backend::cuda::lt_handle lt;
+    backend::cuda::device_buffer gemm_workspace{gemm_workspace_bytes};
+    backend::cuda::device_buffer step_device{sizeof(backend::cuda::step_values)};
+    backend::cuda::pinned_buffer step_host{sizeof(backend::cuda::step_values)};
+    // The optimizer's step state as the last step left it (iterations, loss
+    // scale, skipped steps), copied back by each step.
+    backend::cuda::pinned_buffer state_host{sizeof(step_state)};
+    backend::cuda::device_buffer arena;
+    std::unique_ptr<backend::cuda::device_optimizer_base> optimizer;
+    std::shared_ptr<void> program;
+    int program_batch = 0;
+    std::array<staging_buffers, 2> staging;
+    std::size_t feature_bytes = 0, label_bytes = 0;
+    backend::cuda::pinned_buffer results_host;  // row losses, then outputs
+    std::array<backend::cuda::graph, 2> train_graph;
+    std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce;
+
+    replica(int d, std::uint64_t replica_seed) : device(d), seed(replica_seed) {}
+
+    step_state* state_mirror() const { return state_host.template data<step_state>(); }
+    float* results() const { return results_host.template data<float>(); }
+    const std::int32_t* labels_on_device(int parity) const {
+      return reinterpret_cast<const std::int32_t*>(staging[static_cast<std::size_t>(parity)].device.data() +
+                                                   feature_bytes);
     }
-    if (!device_has_weights_) upload_weights();
-    return *std::static_pointer_cast<program_type<N>>(programs_);
+    const std::int32_t* labels_on_host(int parity) const {
+      return reinterpret_cast<const std::int32_t*>(staging[static_cast<std::size_t>(parity)].host.data() +
+                                                   feature_bytes);
+    }
+    void forget_program() {
+      all_reduce.reset();
+      for (auto& g : train_graph) g.reset();
+      program.reset();
+      program_batch = 0;
+    }
+
+    // The arena for batch size N (growing keeps the weights, gradients and
+    // slots), its program, and the staging buffers, once per size.
+    template <int N, class Model>
+    program_type<N>& program_for(Model& m) {
+      if (!program || program_batch != N) {
+        backend::cuda::device_guard on(device);
+        using plan = memory_plan<Net, N, 0>;
+        const std::size_t step_base = m.host_.step_base();
+        const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
+        if (arena.size() < total) {
+          backend::cuda::device_buffer grown(total);
+          TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, total, compute.get()));
+          if (arena.size())
+            TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena.data(), std::min(step_base, arena.size()),
+                                                cudaMemcpyDeviceToDevice, compute.get()));
+          compute.synchronize();
+          arena = std::move(grown);
+        }
+        forget_program();
+        program = std::make_shared<program_type<N>>(arena.data(), step_base, lt.get(), gemm_workspace.data(),
+                                                    gemm_workspace_bytes,
+                                                    step_device.template data<backend::cuda::step_values>(), seed);
+        // Two pinned host buffers and two device buffers, so batch k + 1
+        // moves while step k runs.
+        feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
+                        sizeof(typename Net::input_dtype::value_type);
+        label_bytes = static_cast<std::size_t>(N) * rows_per_sample * sizeof(std::int32_t);
+        for (auto& s : staging) {
+          s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes);
+          s.device = backend::cuda::device_buffer(feature_bytes + label_bytes);
+          s.copied = backend::cuda::event();
+        }
+        const std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
+        results_host = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float));
+        program_batch = N;
+      }
+      if (!m.device_has_weights_) m.upload_weights();
+      return *std::static_pointer_cast<program_type<N>>(program);
+    }
+
+    // Copies one batch (or shard) into pinned memory and queues its upload.
+    void stage(const void* features, const std::int32_t* labels, int parity) {
+      auto& s = staging[static_cast<std::size_t>(parity)];
+      std::memcpy(s.host.data(), features, feature_bytes);
+      std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
+      enqueue_upload(s, feature_bytes + label_bytes);
+    }
+    // The features only (predict: the dataset may have no class ids).
+    void stage_features(const void* features, int parity) {
+      auto& s = staging[static_cast<std::size_t>(parity)];
+      std::memcpy(s.host.data(), features, feature_bytes);
+      enqueue_upload(s, feature_bytes);
+    }
+    void enqueue_upload(staging_buffers& s, std::size_t bytes) {
+      backend::cuda::device_guard on(device);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data(), s.host.data(), bytes, cudaMemcpyHostToDevice, copy.get()));
+      s.copied.record(copy.get());
+    }
+  };
+
+  template <int Batch>
+  static constexpr int shard_of() {
+    static_assert(strategy_check<Strategy, global_batch<Batch>, Batch % replica_count == 0>::passed,
+                  "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
+    return Batch / replica_count;
   }
 
-  // The host copies a batch into pinned memory and queues its upload.
-  template <class Program, class Batch>
-  void stage(Program&, const Batch& batch, int parity) {
-    auto& s = staging_[parity];
+  // Every replica's program for the shard size; with N > 1, the bucketed
+  // all-reduce over their gradient regions.
+  template <int Shard>
+  void prepare_programs() {
+    for (auto& r : replicas_) r->template program_for<Shard>(*this);
+    if constexpr (across_processes) {
+      if (!replicas_[0]->all_reduce) {
+        std::vector<std::size_t> layer_offsets(Net::layer_count);
+        for (std::size_t i = 0; i < Net::layer_count; ++i)
+          layer_offsets[i] = memory_plan<Net, Shard, 0>::layer_parameter_offset[i] / sizeof(float);
+        replicas_[0]->all_reduce = std::make_unique<backend::cuda::bucketed_all_reduce>(
+            *worker_, reinterpret_cast<float*>(replicas_[0]->arena.data() + plan0::gradients_offset),
+            std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
+      }
+    }
+    if constexpr (replica_count > 1) {
+      if (!replicas_[0]->all_reduce) {
+        std::vector<float*> gradients;
+        for (auto& r : replicas_) gradients.push_back(reinterpret_cast<float*>(r->arena.data() + plan0::gradients_offset));
+        std::vector<std::size_t> layer_offsets(Net::layer_count);
+        for (std::size_t i = 0; i < Net::layer_count; ++i)
+          layer_offsets[i] = memory_plan<Net, Shard, 0>::layer_parameter_offset[i] / sizeof(float);
+        replicas_[0]->all_reduce = std::make_unique<backend::cuda::bucketed_all_reduce>(
+            *nccl_, std::span<float* const>(gradients), std::span<const std::size_t>(layer_offsets),
+            Net::parameter_floats);
+      }
+    }
+  }
+
+  template <int Shard>
+  program_type<Shard>& program_of(replica& r) {
+    return *std::static_pointer_cast<program_type<Shard>>(r.program);
+  }
+
+  template <int Shard, class Batch>
+  void stage(const Batch& batch, int parity) {
     static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
                   "model<..., cuda>: the fused loss takes int32 class ids as labels");
-    std::memcpy(s.host.data(), batch.features.data(), staged_feature_bytes_);
-    std::memcpy(s.host.data() + staged_feature_bytes_, batch.labels.data(), staged_label_bytes_);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data(), s.host.data(), staged_feature_bytes_ + staged_label_bytes_,
-                                        cudaMemcpyHostToDevice, copy_.get()));
-    s.copied.record(copy_.get());
-  }
-  // The features only (predict: the dataset may have no class ids).
-  template <class Batch>
-  void stage_features(const Batch& batch, int parity) {
-    auto& s = staging_[parity];
-    std::memcpy(s.host.data(), batch.features.data(), staged_feature_bytes_);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data(), s.host.data(), staged_feature_bytes_, cudaMemcpyHostToDevice,
-                                        copy_.get()));
-    s.copied.record(copy_.get());
+    constexpr std::size_t features_per_shard = static_cast<std::size_t>(Shard) * Batch::features_type::size;
+    constexpr std::size_t labels_per_shard = static_cast<std::size_t>(Shard) * Batch::label_type::size;
+    for (int r = 0; r < replica_count; ++r)
+      replicas_[static_cast<std::size_t>(r)]->stage(batch.features.data() + r * features_per_shard,
+                                                   batch.labels.data() + r * labels_per_shard, parity);
   }
 
-  // Step k's graph: the one for its staging buffer, captured on first use.
-  template <class Program>
-  void launch_train_step(Program& program, int parity) {
-    auto& s = staging_[parity];
-    s.copied.wait_on(compute_.get());
+  // Enqueues step k on every replica: one graph replay on one device; with
+  // N > 1, the same work enqueued eagerly with the all-reduce in between.
+  template <int Shard>
+  void launch_train_step(int parity) {
     ++host_.run_.step;
-    auto* values = step_host_.template data<backend::cuda::step_values>();
-    values->step = host_.run_.step;
-    optimizer_->prepare(host_.iterations_ + 1, compute_.get());
-    auto& graph = train_graph_[parity];
-    if (!graph.captured()) graph.capture(compute_.get(), [&](cudaStream_t cs) { record_train_step(program, parity, cs); });
-    graph.launch(compute_.get());
+    for (auto& r : replicas_) {
+      backend::cuda::device_guard on(r->device);
+      r->staging[static_cast<std::size_t>(parity)].copied.wait_on(r->compute.get());
+      r->step_host.template data<backend::cuda::step_values>()->step = host_.run_.step;
+      r->optimizer->prepare(host_.iterations_ + 1, r->compute.get());
+    }
+    if constexpr (replica_count == 1 && !across_processes) {
+      auto& r = *replicas_[0];
+      backend::cuda::device_guard on(r.device);
+      auto& graph = r.train_graph[static_cast<std::size_t>(parity)];
+      if (!graph.captured())
+        graph.capture(r.compute.get(), [&](cudaStream_t s) {
+          record_forward_and_loss<Shard>(r, parity, s);
+          program_of<Shard>(r).backward(s);
+          record_update<Shard>(r, s);
+        });
+      graph.launch(r.compute.get());
+    } else {
+      std::vector<cudaStream_t> streams;
+      for (auto& r : replicas_) {
+        backend::cuda::device_guard on(r->device);
+        streams.push_back(r->compute.get());
+        record_forward_and_loss<Shard>(*r, parity, r->compute.get());
+      }
+      auto& all_reduce = *replicas_[0]->all_reduce;
+      for (std::size_t i = Net::layer_count; i-- > 0;) {
+        for (auto& r : replicas_) {
+          backend::cuda::device_guard on(r->device);
+          program_of<Shard>(*r).backward_layer(i, r->compute.get());
+        }
+        all_reduce.gradient_ready(i, streams);
+      }
+      all_reduce.finish(streams);
+      for (auto& r : replicas_) {
+        backend::cuda::device_guard on(r->device);
+        record_update<Shard>(*r, r->compute.get());
+      }
+    }
   }
 
-  // Everything one training step does, as recorded into its graph.
-  template <class Program>
-  void record_train_step(Program& program, int parity, cudaStream_t s) {
-    constexpr int N = Program::batch_size;
-    constexpr int rows = N * static_cast<int>(rows_per_sample);
-    auto& staged = staging_[parity];
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(step_device_.data(), step_host_.data(), sizeof(backend::cuda::step_values),
+  // The step's start: its counters, the shard into the input, forward, the
+  // fused loss (and the loss scale on its gradient).
+  template <int Shard>
+  void record_forward_and_loss(replica& r, int parity, cudaStream_t s) {
+    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
+    auto& program = program_of<Shard>(r);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_device.data(), r.step_host.data(), sizeof(backend::cuda::step_values),
                                         cudaMemcpyHostToDevice, s));
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), staged.device.data(), staged_feature_bytes_,
-                                        cudaMemcpyDeviceToDevice, s));
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[static_cast<std::size_t>(parity)].device.data(),
+                                        r.feature_bytes, cudaMemcpyDeviceToDevice, s));
     program.forward(s, true);
-    backend::cuda::sparse_softmax_cross_entropy(program.output(), labels_on_device(parity), program.output_gradient(),
+    backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(parity), program.output_gradient(),
                                                 program.row_losses(), rows, classes, rows, 1.f, s);
-    program.backward(s);
-    optimizer_->record_update(arena_.data(), plan0::gradients_offset, slot_offsets(), s);
-    record_results_download(program, rows, s);
+    if constexpr (loss_scaling)
+      backend::cuda::map(program.output_gradient(), program.output_gradient(), static_cast<std::size_t>(rows) * classes,
+                         backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
   }
 
-  const std::int32_t* labels_on_device(int parity) const {
-    return reinterpret_cast<const std::int32_t*>(staging_[parity].device.data() + staged_feature_bytes_);
+  // The step's end: the optimizer, then what the host reads back.
+  template <int Shard>
+  void record_update(replica& r, cudaStream_t s) {
+    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
+    r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s);
+    TYPEFLOW_CUDA_CHECK(
+        cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
+    record_results_download(r, program_of<Shard>(r), rows, s);
   }
 
   std::array<std::size_t, 8> slot_offsets() const {
@@ -468,8 +699,8 @@ class model<Network, Policy, Strategy, cuda> {
 
   // Row losses and outputs back to pinned memory, for the logs and metrics.
   template <class Program>
-  void record_results_download(Program& program, int rows, cudaStream_t s) {
-    float* host = results_host_.template data<float>();
+  static void record_results_download(replica& r, Program& program, int rows, cudaStream_t s) {
+    float* host = r.results();
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host + rows, program.output(),
@@ -478,103 +709,113 @@ class model<Network, Policy, Strategy, cuda> {
   }
 
   // Waits for the step, then updates the loss mean and metrics on the host.
-  template <class Program>
-  double finish_train_step(Program&, int parity) {
-    constexpr int N = Program::batch_size;
-    constexpr int rows = N * static_cast<int>(rows_per_sample);
-    compute_.synchronize();
-    ++host_.iterations_;
-    const float* row_loss = results_host_.template data<float>();
-    double sum = 0;
-    for (int r = 0; r < rows; ++r) sum += row_loss[r];
-    const double loss = sum / rows;
-    host_.loss_mean_.update(loss, N);
+  template <int Shard>
+  double finish_train_step(int parity) {
+    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
+    double loss = 0;
+    for (auto& r : replicas_) {
+      backend::cuda::device_guard on(r->device);
+      // A dead or stalled worker ends in an error naming the rank, not a hang.
+      if constexpr (across_processes)
+        worker_->wait(r->compute.get());
+      else
+        r->compute.synchronize();
+      double sum = 0;
+      for (int i = 0; i < rows; ++i) sum += r->results()[i];
+      loss += sum / rows / replica_count;
+    }
+    host_.iterations_ = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
+    host_.loss_mean_.update(loss, Shard * replica_count);
     host_stale_ = true;
-    // The step's labels are still in its pinned buffer: the next batch went to the other one.
-    const auto* labels = reinterpret_cast<const std::int32_t*>(staging_[parity].host.data() + staged_feature_bytes_);
-    const float* outputs = row_loss + rows;
-    for (auto& m : host_.metrics_) m->update(outputs, labels, rows, classes);
+    // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
+    for (auto& r : replicas_)
+      for (auto& m : host_.metrics_) m->update(r->results() + rows, r->labels_on_host(parity), rows, classes);
     return loss;
   }
 
-  // Inference over a dataset, without a graph (the last batch may be partial).
-  template <class Program, class Data>
-  void run_evaluation(Program& program, const Data& data) {
+  // Inference over a dataset on replica 0, without a graph (the last batch
+  // may be partial).
+  template <class Data>
+  void run_evaluation(const Data& data) {
     using batch_type = typename Data::element_type;
     constexpr int N = batch_type::size;
     constexpr int rows = N * static_cast<int>(rows_per_sample);
+    auto& r = *replicas_[0];
+    auto& program = r.template program_for<N>(*this);
+    if constexpr (replica_count > 1) r.all_reduce.reset();  // program_for changed replica 0's layout: set up again
+    backend::cuda::device_guard on(r.device);
     host_.reset_metrics();
     batch_type batch;
     auto cursor = data.open(0);
-    const float* out = results_host_.template data<float>() + rows;
+    const float* out = r.results() + rows;
     while (cursor.next(batch)) {
-      stage(program, batch, 0);
-      staging_[0].copied.wait_on(compute_.get());
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), staging_[0].device.data(), staged_feature_bytes_,
-                                          cudaMemcpyDeviceToDevice, compute_.get()));
-      program.forward(compute_.get(), false);
+      r.stage(batch.features.data(), batch.labels.data(), 0);
+      r.staging[0].copied.wait_on(r.compute.get());
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
+                                          cudaMemcpyDeviceToDevice, r.compute.get()));
+      program.forward(r.compute.get(), false);
       const int valid_rows = batch.valid * static_cast<int>(rows_per_sample);
-      backend::cuda::sparse_softmax_cross_entropy(program.output(), labels_on_device(0), program.output_gradient(),
+      backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(0), program.output_gradient(),
                                                   program.row_losses(), rows, classes, valid_rows, 1.f,
-                                                  compute_.get());
-      record_results_download(program, rows, compute_.get());
-      compute_.synchronize();
+                                                  r.compute.get());
+      record_results_download(r, program, rows, r.compute.get());
+      r.compute.synchronize();
       double sum = 0;
-      for (int r = 0; r < valid_rows; ++r) sum += results_host_.template data<float>()[r];
+      for (int i = 0; i < valid_rows; ++i) sum += r.results()[i];
       if (valid_rows > 0) host_.loss_mean_.update(sum / valid_rows, batch.valid);
       for (auto& m : host_.metrics_) m->update(out, batch.labels.data(), valid_rows, classes);
     }
   }
 
-  // Host -> device: the parameter region and, after compile, zeroed state.
-  void upload_weights() {
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(arena_.data(), host_.memory_.data(), plan0::parameter_bytes,
-                                        cudaMemcpyHostToDevice, compute_.get()));
-    compute_.synchronize();
-    device_has_weights_ = true;
-    host_stale_ = false;
-  }
-  // Device -> host, when the device trained since the last copy.
-  void download_weights() {
-    if (!host_stale_ || !arena_.size()) return;
-    backend::cuda::device_guard on(device_);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.memory_.data(), arena_.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
-    host_stale_ = false;
-  }
-
-  struct staging_buffers {
-    backend::cuda::pinned_buffer host;
-    backend::cuda::device_buffer device;
-    backend::cuda::event copied;
-  };
-
-  // Checks for the device and makes it current, before any member below
-  // creates a stream or allocates: they all belong to it.
-  struct chosen_device {
-    int index;
-    explicit chosen_device(int d) : index(d) {
-      if (d < 0) throw std::invalid_argument("model<..., cuda>: device " + std::to_string(d) + " is negative");
-      backend::cuda::require_devices(d + 1, "model<Net, Policy, Strategy, cuda>");
-      TYPEFLOW_CUDA_CHECK(cudaSetDevice(d));
+  void restart_loss_scale(step_state fresh) {
+    fresh.iterations = host_.iterations_;
+    initial_state_ = fresh;
+    for (auto& r : replicas_) {
+      if (r->optimizer) {
+        backend::cuda::device_guard on(r->device);
+        r->optimizer->reset_state(fresh);
+      }
+      *r->state_mirror() = fresh;
     }
-    operator int() const { return index; }
-  };
+  }
 
+  // Host -> every replica: the parameter region (multi_worker: rank 0's, to every worker).
+  void upload_weights() {
+    for (auto& r : replicas_) {
+      if (!r->arena.size()) continue;  // laid out later; program_for uploads then
+      backend::cuda::device_guard on(r->device);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.memory_.data(), plan0::parameter_bytes,
+                                          cudaMemcpyHostToDevice, r->compute.get()));
+      if constexpr (across_processes) {
+        worker_->broadcast(reinterpret_cast<float*>(r->arena.data()), Net::parameter_floats, 0, r->compute.get(),
+                           "the broadcast of the weights");
+        worker_->wait(r->compute.get());
+        host_stale_ = true;  // the host may hold another rank's weights until the next download
+      }
+      r->compute.synchronize();
+    }
+    device_has_weights_ = std::all_of(replicas_.begin(), replicas_.end(), [](auto& r) { return r->arena.size() > 0; });
+    if constexpr (!across_processes) host_stale_ = false;
+  }
+  // Replica 0 -> host, when the devices trained since the last copy.
+  void download_weights() {
+    auto& r = *replicas_[0];
+    if (!host_stale_ || !r.arena.size()) return;
+    backend::cuda::device_guard on(r.device);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.memory_.data(), r.arena.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
+    host_stale_ = false;
+  }
+
+  [[no_unique_address]] Strategy strategy_{};  // first: multi_worker starts MPI before anything else
   host_model host_;
-  chosen_device device_;
-  backend::cuda::stream compute_, copy_;
-  backend::cuda::lt_handle lt_;
-  backend::cuda::device_buffer gemm_workspace_;
-  backend::cuda::device_buffer step_device_;
-  backend::cuda::pinned_buffer step_host_;
-  backend::cuda::device_buffer arena_;
-  std::unique_ptr<backend::cuda::device_optimizer_base> optimizer_;
-  std::shared_ptr<void> programs_;
-  int program_batch_ = 0;
-  std::array<staging_buffers, 2> staging_;
-  std::size_t staged_feature_bytes_ = 0, staged_label_bytes_ = 0;
-  backend::cuda::pinned_buffer results_host_;
-  std::array<backend::cuda::graph, 2> train_graph_;
+  step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})
+                                           : optimizers::device::make_step_state();
+  std::vector<std::unique_ptr<replica>> replicas_;
+  // mirrored<N>. Destroyed before the replicas; ~model first drops the
+  // bucketed all-reduce that refers to it.
+  std::unique_ptr<backend::cuda::nccl_communicators> nccl_;
+  // multi_worker: this process's rank in the job.
+  std::unique_ptr<backend::cuda::nccl_communicator> worker_;
   bool device_has_weights_ = false;
   bool host_stale_ = false;
 };

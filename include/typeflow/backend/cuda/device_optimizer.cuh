@@ -23,9 +23,20 @@
 
 namespace typeflow::backend::cuda {
 
+// d(loss)/d(output) times the loss scale the step state holds now (a graph
+// replays the pointer, so each step reads its own scale).
+struct multiply_by_device_value {
+  const float* factor;
+  __device__ float operator()(float x) const { return x * *factor; }
+};
+
 class device_optimizer_base {
  public:
   virtual ~device_optimizer_base() = default;
+  // The step state (update counter, loss scale) in device memory, and
+  // its replacement (set_loss_scale, which keeps the update counter).
+  virtual optimizers::device::step_state* state() = 0;
+  virtual void reset_state(const optimizers::device::step_state& s) = 0;
   // Host side, before launching the step whose update number is `iteration`:
   // enqueues the write of its constants on `stream` (outside any capture).
   virtual void prepare(std::int64_t iteration, cudaStream_t stream) = 0;
@@ -41,7 +52,8 @@ class device_optimizer final : public device_optimizer_base {
   using table_type = optimizers::device::step_table<rule>;
 
  public:
-  device_optimizer(const Optimizer& o, std::span<const optimizers::parameter_tensor> tensors, std::size_t floats)
+  device_optimizer(const Optimizer& o, std::span<const optimizers::parameter_tensor> tensors, std::size_t floats,
+                   const optimizers::device::step_state& initial)
       : optimizer_(o),
         plan_(optimizers::device::make_update_plan(tensors, floats, o.weight_decay_applies_to)),
         workspace_(plan_.statistics_workspace_bytes()),
@@ -51,8 +63,12 @@ class device_optimizer final : public device_optimizer_base {
         table_(sizeof(table_type)),
         clip_(optimizers::device::clip_options_of(o)),
         slots_(o.slot_count()) {
-    const auto initial = optimizers::device::make_step_state();  // float32: every step applies
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(state_.data(), &initial, sizeof initial, cudaMemcpyHostToDevice));
+    reset_state(initial);
+  }
+
+  optimizers::device::step_state* state() override { return state_.template data<optimizers::device::step_state>(); }
+  void reset_state(const optimizers::device::step_state& s) override {
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(state_.data(), &s, sizeof s, cudaMemcpyHostToDevice));
   }
 
   void prepare(std::int64_t iteration, cudaStream_t stream) override {
@@ -88,13 +104,14 @@ class device_optimizer final : public device_optimizer_base {
 template <class Optimizer>
 std::unique_ptr<device_optimizer_base> make_device_optimizer(const Optimizer& o,
                                                              std::span<const optimizers::parameter_tensor> tensors,
-                                                             std::size_t floats) {
+                                                             std::size_t floats,
+                                                             const optimizers::device::step_state& initial) {
   static_assert(std::is_same_v<Optimizer, optimizers::sgd> || std::is_same_v<Optimizer, optimizers::adam> ||
                     std::is_same_v<Optimizer, optimizers::adamw> || std::is_same_v<Optimizer, optimizers::lion> ||
                     std::is_same_v<Optimizer, optimizers::rmsprop>,
                 "compile on tf::cuda: the optimizer runs as one multi-tensor kernel, which exists for sgd, adam, "
                 "adamw, lion and rmsprop (gradient accumulation is not on the GPU yet)");
-  return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats);
+  return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats, initial);
 }
 
 }  // namespace typeflow::backend::cuda

@@ -61,8 +61,9 @@ template <class Spec, class Layer, int Batch>
 class cuda_executor {
   static_assert(always_false<Spec>::value,
                 "model<Net, Policy, Strategy, cuda>: this layer has no CUDA executor yet. On tf::cuda a network "
-                "may use dense (float32 policy), relu, tanh, sigmoid, gelu, gelu_tanh, dropout, layer_norm "
-                "(with center and scale), flatten and reshape; see docs/architecture.md, \"CUDA backend\"");
+                "may use dense, relu, tanh, sigmoid, gelu, gelu_tanh, dropout, layer_norm (with center and "
+                "scale), flatten and reshape, under float32, mixed_bfloat16 or mixed_float16; see "
+                "docs/architecture.md, \"CUDA backend\"");
 };
 
 // Layers whose work is none on either pass: the input, and views.
@@ -86,71 +87,184 @@ class cuda_executor<reshape<Dims...>, Layer, Batch> : public no_work_executor {
   using no_work_executor::no_work_executor;
 };
 
+namespace layers_detail {
+
+// Sub-buffers of an executor's scratch start 256 bytes apart (cuBLASLt's
+// operands, float4 / uint4 element-wise access).
+constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// x as the nearest T value (ties to even; float16 overflows to infinity),
+// held in float: precision::round_into's bits.
+template <class T>
+struct round_fn {
+  __device__ float operator()(float x) const {
+    constexpr int format = detail::format_of<T>;
+    return detail::bits_to_float<format>(detail::float_to_bits<format>(x));
+  }
+};
+// f(x), rounded to T: a fused tanh / sigmoid on a 16-bit dense's float32 output.
+template <class Functor, class T>
+struct activation_rounded_fn {
+  __device__ float operator()(float x) const { return round_fn<T>{}(Functor{}.value(x)); }
+};
+
+}  // namespace layers_detail
+
 // dense: one cuBLASLt product forward with the bias (and a following relu)
 // as its epilogue; backward, the kernel gradient with the bias gradient as
 // its epilogue, then the input gradient.
+//
+// In a 16-bit compute dtype (mixed_float16, mixed_bfloat16) the products take
+// 16-bit A and B and accumulate in float32. The master kernel and bias are
+// converted into scratch at each call (scratch does not outlive one); the
+// input is read in place when stored in the compute dtype, else converted;
+// the output is stored in 16 bits (Layer::stores_16bit) with a 16-bit bias,
+// else in float32, rounded to the compute dtype as on the CPU. Backward
+// converts the float32 d_out to the compute dtype (where float16 overflows
+// show up as infinities for the loss scale), and writes dW, db and dX in
+// float32 straight from the float32 accumulators: the CPU rounds those three
+// to 16 bits as well; here that would cost a pass each and only add error,
+// and the incoming gradient, which is rounded, is what limits the loss scale.
+// A float32 dense reading a 16-bit input converts it to float32 in scratch.
 template <int Units, class... Options, class Layer, int Batch>
 class cuda_executor<dense<Units, Options...>, Layer, Batch> {
-  static_assert(!Layer::low_precision && std::is_same_v<typename Layer::input_dtype, float32>,
-                "model<Net, Policy, Strategy, cuda>: dense computes in float32 on tf::cuda so far; mixed "
-                "policies (16-bit cuBLASLt products) are not wired into the CUDA model yet");
   using params = typename Layer::params;
+  using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
+  using input_value = typename Layer::input_dtype::value_type;
+  using output_value = typename Layer::output_dtype::value_type;
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr bool stores_16bit = Layer::stores_16bit;
+  // The product reads its input in the compute dtype: converted when stored otherwise.
+  static constexpr bool converts_input = !std::is_same_v<input_value, compute_value>;
+  static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
+                                                      : std::is_same_v<compute_value, typeflow::bf16>
+                                                          ? gemm_precision::bfloat16
+                                                          : gemm_precision::float16;
+  static_assert(!low_precision || std::is_same_v<compute_value, typeflow::f16> ||
+                std::is_same_v<compute_value, typeflow::bf16>);
+  // Which layers store 16 bits is decided through dtype_flow_of; should nvcc
+  // fail to match it for an activation, its device code would see float32
+  // where the host stores 16 bits (kernels launched that were never built).
+  static_assert(!low_precision || dtype_flow_of<relu> == dtype_flow::passes_through,
+                "model<Net, mixed policy, Strategy, cuda>: nvcc does not match dtype_flow_of<activation<Functor, "
+                "Epilogue, Name>> (layers/activations.hpp; it cannot deduce the fixed_string parameter): "
+                "specialize it on the spec's functor instead, as cuda_executor does");
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
   static constexpr int units = Layer::units;
   static constexpr int in_features = Layer::in_features;
   static constexpr int kernel_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
   static constexpr epilogue fused = Layer::fused;
+  static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * in_features;
   static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
+
+  // Scratch: [kernel in 16 bits, padded rows as stored] [input in the compute
+  // dtype] [forward: the bias as the epilogue reads it | backward: d_out in 16 bits].
+  static constexpr std::size_t kernel_bytes =
+      low_precision ? layers_detail::scratch_align(Layer::kernel_floats * sizeof(compute_value)) : 0;
+  static constexpr std::size_t input_bytes =
+      converts_input ? layers_detail::scratch_align(input_count * sizeof(compute_value)) : 0;
+  static constexpr std::size_t bias_bytes =
+      low_precision ? layers_detail::scratch_align(units * sizeof(output_value)) : 0;
+  static constexpr std::size_t gradient_bytes =
+      low_precision ? layers_detail::scratch_align(output_count * sizeof(compute_value)) : 0;
+  static constexpr std::size_t input_offset = kernel_bytes;
+  static constexpr std::size_t tail_offset = kernel_bytes + input_bytes;
 
  public:
   explicit cuda_executor(const device_layer_io& io)
       : io_(io),
-        forward_(io.lt, {rows, units, in_features, false, false, 0, kernel_stride}, gemm_precision::float32,
-                 fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, false, false,
+        forward_(io.lt, {rows, units, in_features, false, false, 0, kernel_stride}, product_precision,
+                 fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, stores_16bit, false,
                  io.gemm_workspace_bytes),
         // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), and d_bias its column sums
-        kernel_grad_(io.lt, {in_features, units, rows, true, false, 0, 0, kernel_stride}, gemm_precision::float32,
+        kernel_grad_(io.lt, {in_features, units, rows, true, false, 0, 0, kernel_stride}, product_precision,
                      gemm_epilogue::bias_gradient, false, false, io.gemm_workspace_bytes),
         // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-        input_grad_(io.lt, {rows, in_features, units, false, true, 0, kernel_stride}, gemm_precision::float32,
+        input_grad_(io.lt, {rows, in_features, units, false, true, 0, kernel_stride}, product_precision,
                     gemm_epilogue::none, false, false, io.gemm_workspace_bytes) {}
 
-  static constexpr std::size_t scratch_bytes() { return 0; }
+  static constexpr std::size_t scratch_bytes() {
+    return kernel_bytes + input_bytes + (bias_bytes > gradient_bytes ? bias_bytes : gradient_bytes);
+  }
 
   void forward(cudaStream_t s, bool) {
-    forward_.run(io_.in, kernel(), io_.out, bias(), nullptr, io_.gemm_workspace, s);
+    if constexpr (!low_precision) {
+      forward_.run(input(s), kernel(), io_.out, bias(), nullptr, io_.gemm_workspace, s);
+    } else {
+      auto* b = reinterpret_cast<output_value*>(io_.scratch + tail_offset);
+      if constexpr (stores_16bit)
+        map(bias(), b, units, identity_fn{}, s);
+      else  // a float32 bias holding the compute dtype's values (the CPU rounds it too)
+        map(bias(), b, units, layers_detail::round_fn<compute_value>{}, s);
+      forward_.run(input(s), kernel_16bit(s), io_.out, b, nullptr, io_.gemm_workspace, s);
+    }
     // cuBLASLt has relu and gelu epilogues, not tanh or sigmoid: those run
-    // in place right after (the activation layer's forward is a no-op).
-    if constexpr (fused == epilogue::tanh)
-      activation_forward<functors::tanh_fn>(io_.out, io_.out, output_count, s);
-    else if constexpr (fused == epilogue::sigmoid)
-      activation_forward<functors::sigmoid>(io_.out, io_.out, output_count, s);
+    // in place right after (the activation layer's forward is a no-op). On a
+    // 16-bit output that rounds twice (the product, then f of it) where the
+    // CPU rounds f of the float32 product once.
+    auto* out = reinterpret_cast<output_value*>(io_.out);
+    if constexpr (fused == epilogue::tanh || fused == epilogue::sigmoid) {
+      using functor = std::conditional_t<fused == epilogue::tanh, functors::tanh_fn, functors::sigmoid>;
+      if constexpr (low_precision && !stores_16bit)
+        map(out, out, output_count, layers_detail::activation_rounded_fn<functor, compute_value>{}, s);
+      else
+        activation_forward<functor>(out, out, output_count, s);
+    } else if constexpr (low_precision && !stores_16bit) {
+      map(out, out, output_count, layers_detail::round_fn<compute_value>{}, s);
+    }
   }
 
   void backward(cudaStream_t s) {
-    kernel_grad_.run(io_.in, io_.d_out, io_.grads + params::template offset<0>, nullptr,
-                     io_.grads + params::template offset<1>, io_.gemm_workspace, s);
-    if (io_.d_in) input_grad_.run(io_.d_out, kernel(), io_.d_in, nullptr, nullptr, io_.gemm_workspace, s);
+    float* d_kernel = io_.grads + params::template offset<0>;
+    float* d_bias = io_.grads + params::template offset<1>;
+    if constexpr (!low_precision) {
+      kernel_grad_.run(input(s), io_.d_out, d_kernel, nullptr, d_bias, io_.gemm_workspace, s);
+      if (io_.d_in) input_grad_.run(io_.d_out, kernel(), io_.d_in, nullptr, nullptr, io_.gemm_workspace, s);
+    } else {
+      auto* d_out = reinterpret_cast<compute_value*>(io_.scratch + tail_offset);
+      to_16bit(io_.d_out, d_out, output_count, s);
+      kernel_grad_.run(input(s), d_out, d_kernel, nullptr, d_bias, io_.gemm_workspace, s);
+      // The kernel only for d_in (dW does not read it).
+      if (io_.d_in) input_grad_.run(d_out, kernel_16bit(s), io_.d_in, nullptr, nullptr, io_.gemm_workspace, s);
+    }
   }
 
  private:
   const float* kernel() const { return io_.params + params::template offset<0>; }
   const float* bias() const { return io_.params + params::template offset<1>; }
 
+  // The input as the product reads it (converted into scratch when needed).
+  const void* input(cudaStream_t s) const {
+    if constexpr (!converts_input) {
+      return io_.in;
+    } else {
+      auto* converted = reinterpret_cast<compute_value*>(io_.scratch + input_offset);
+      map(reinterpret_cast<const input_value*>(io_.in), converted, input_count, identity_fn{}, s);
+      return converted;
+    }
+  }
+  // The master kernel in 16 bits, with its padded rows (the product's ldb is kernel_stride).
+  const compute_value* kernel_16bit(cudaStream_t s) const {
+    auto* k = reinterpret_cast<compute_value*>(io_.scratch);
+    to_16bit(kernel(), k, Layer::kernel_floats, s);
+    return k;
+  }
+
   device_layer_io io_;
   matmul forward_, kernel_grad_, input_grad_;
 };
 
 // Activations: the shared functors, forward (unless a dense took it over) and
-// backward in place on the gradient.
+// backward in place on the gradient. Values are read and written in their
+// stored type (16 bits under a mixed policy), computed in float; gradients
+// are float32.
 // (Matched by the spec's functor: nvcc 13 does not deduce activation's
 // fixed_string parameter in a partial specialization.)
 template <class Spec, class Layer, int Batch>
   requires requires { typename Spec::functor; }
 class cuda_executor<Spec, Layer, Batch> {
   using Functor = typename Spec::functor;
-  static_assert(std::is_same_v<typename Layer::output_dtype, float32>,
-                "model<Net, Policy, Strategy, cuda>: activations hold float32 on tf::cuda so far");
+  using value = typename Layer::output_dtype::value_type;  // float, f16 or bf16
   static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
 
  public:
@@ -158,24 +272,27 @@ class cuda_executor<Spec, Layer, Batch> {
   static constexpr std::size_t scratch_bytes() { return 0; }
 
   void forward(cudaStream_t s, bool) {
-    if constexpr (!Layer::fused) activation_forward<Functor>(io_.in, io_.out, count, s);
+    if constexpr (!Layer::fused) activation_forward<Functor>(in(), out(), count, s);
   }
   void backward(cudaStream_t s) {
     if (!io_.d_in) return;
-    const float* from = Functor::derivative_from_output ? io_.out : io_.in;
+    const value* from = Functor::derivative_from_output ? out() : in();
     activation_backward<Functor>(from, io_.d_out, io_.d_in, count, s);
   }
 
  private:
+  const value* in() const { return reinterpret_cast<const value*>(io_.in); }
+  value* out() const { return reinterpret_cast<value*>(io_.out); }
+
   device_layer_io io_;
 };
 
 // dropout: the CPU layer's mask, bit for bit, drawn again in backward from
-// the counter-based generator instead of being stored.
+// the counter-based generator instead of being stored. Values in their
+// stored type, gradients float32.
 template <float Rate, class Layer, int Batch>
 class cuda_executor<dropout<Rate>, Layer, Batch> {
-  static_assert(std::is_same_v<typename Layer::output_dtype, float32>,
-                "model<Net, Policy, Strategy, cuda>: dropout holds float32 on tf::cuda so far");
+  using value = typename Layer::output_dtype::value_type;  // float, f16 or bf16
   static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
 
  public:
@@ -183,13 +300,15 @@ class cuda_executor<dropout<Rate>, Layer, Batch> {
   static constexpr std::size_t scratch_bytes() { return 0; }
 
   void forward(cudaStream_t s, bool training) {
+    const auto* in = reinterpret_cast<const value*>(io_.in);
+    auto* out = reinterpret_cast<value*>(io_.out);
     training_ = training && Rate > 0.f;
     if (!training_) {
-      if (io_.out != io_.in)
-        TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(io_.out, io_.in, count * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      if (out != in)
+        TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(out, in, count * sizeof(value), cudaMemcpyDeviceToDevice, s));
       return;
     }
-    dropout_forward(io_.in, io_.out, count, Rate, seed_, &io_.step->step, s);
+    dropout_forward(in, out, count, Rate, seed_, &io_.step->step, s);
   }
   void backward(cudaStream_t s) {
     if (!io_.d_in) return;
