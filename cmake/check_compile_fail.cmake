@@ -5,7 +5,7 @@
 #
 # SOURCE holds one or more lines "// expected-error: <text>". The test passes
 # only if compiling SOURCE (-std=c++20 -fsyntax-only, with typeflow::typeflow's
-# include dirs and definitions from FLAGS_FILE) FAILS and the compiler's output
+# include dirs and definitions from FLAGS_FILE; a .cu file with nvcc) FAILS and the compiler's output
 # contains every <text> as a plain substring. It always reports how many lines
 # the compiler printed: a readable error is a short one.
 cmake_minimum_required(VERSION 3.22)
@@ -45,14 +45,26 @@ if(expected_count EQUAL 0)
 endif()
 
 list(REMOVE_DUPLICATES COMPILE_FAIL_INCLUDE_DIRS)
-set(arguments -std=c++20 -fsyntax-only -fdiagnostics-color=never)
+# A .cu file is compiled by nvcc (COMPILER), for the CUDA backend's rules; it
+# has no -fsyntax-only, so it compiles to an object that is thrown away.
+get_filename_component(extension ${SOURCE} LAST_EXT)
+if(extension STREQUAL ".cu")
+  set(arguments -std=c++20 --expt-relaxed-constexpr -diag-suppress=445,186,1675 -arch=sm_90 -c -o /dev/null)
+else()
+  set(arguments -std=c++20 -fsyntax-only -fdiagnostics-color=never)
+endif()
 foreach(dir IN LISTS COMPILE_FAIL_INCLUDE_DIRS)
   list(APPEND arguments "-I${dir}")
 endforeach()
 foreach(definition IN LISTS COMPILE_FAIL_DEFINITIONS)
-  list(APPEND arguments "-D${definition}")
+  if(NOT definition STREQUAL "")
+    list(APPEND arguments "-D${definition}")
+  endif()
 endforeach()
 separate_arguments(options UNIX_COMMAND "${COMPILE_FAIL_OPTIONS}")
+if(extension STREQUAL ".cu")
+  list(TRANSFORM options PREPEND "-Xcompiler=")
+endif()
 list(APPEND arguments ${options})
 
 # Plain ASCII quotes in diagnostics, whatever the caller's locale.
