@@ -641,10 +641,11 @@ class model<Network, Policy, Strategy, cuda> {
         });
       graph.launch(r.compute.get());
     } else {
-      std::vector<cudaStream_t> streams;
-      for (auto& r : replicas_) {
+      std::array<cudaStream_t, replica_count> streams{};  // no allocation in the step
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        auto& r = replicas_[k];
         backend::cuda::device_guard on(r->device);
-        streams.push_back(r->compute.get());
+        streams[k] = r->compute.get();
         record_forward_and_loss<Shard>(*r, parity, r->compute.get());
       }
       auto& all_reduce = *replicas_[0]->all_reduce;
@@ -742,7 +743,6 @@ class model<Network, Policy, Strategy, cuda> {
     constexpr int rows = N * static_cast<int>(rows_per_sample);
     auto& r = *replicas_[0];
     auto& program = r.template program_for<N>(*this);
-    if constexpr (replica_count > 1) r.all_reduce.reset();  // program_for changed replica 0's layout: set up again
     backend::cuda::device_guard on(r.device);
     host_.reset_metrics();
     batch_type batch;

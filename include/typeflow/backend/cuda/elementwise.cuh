@@ -341,27 +341,6 @@ __global__ void dropout_forward_kernel(const T* x, T* y, std::uint8_t* keep, std
   }
 }
 
-template <int = 0>  // a template so that every translation unit may hold it
-__global__ void dropout_backward_kernel(const float* dy, float* dx, std::size_t n, dropout_draw draw,
-                                        std::uint32_t threshold, float scale, bool vector) {
-  const dropout_mask mask = device_mask(draw, threshold, scale);
-  const std::size_t blocks = (n + 3) / 4;
-  for (std::size_t b = thread_index(); b < blocks; b += thread_count()) {
-    bool k[4];
-    mask.keep4(b, k);
-    const std::size_t e = 4 * b;
-    if (vector && e + 4 <= n) {
-      float v[4];
-      load4(dy + e, v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = k[j] ? v[j] * scale : 0.f;
-      store4(dx + e, v);
-    } else {
-      for (int j = 0; j < 4 && e + j < n; ++j) dx[e + j] = k[j] ? dy[e + j] * scale : 0.f;
-    }
-  }
-}
-
 inline void check_dropout_rate(float rate) {
   if (!(rate >= 0.f && rate < 1.f))
     throw std::invalid_argument("typeflow cuda dropout: rate must lie in [0, 1) (got " + std::to_string(rate) + ")");
@@ -393,19 +372,10 @@ void dropout_forward(const T* x, T* y, std::uint8_t* keep, std::size_t n, float 
 }
 
 // dx = keep ? dy / (1 - rate) : 0 with the mask forward drew for the same
-// draw. dx may be dy.
+// draw: the forward itself, applied to the gradient. dx may be dy.
 inline void dropout_backward(const float* dy, float* dx, std::size_t n, float rate, dropout_draw draw,
                              cudaStream_t stream) {
-  detail::check_dropout_rate(rate);
-  if (n == 0) return;
-  if (rate == 0.f) {
-    if (dx != dy) TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    return;
-  }
-  const bool vector = detail::aligned_to(dy, 16) && detail::aligned_to(dx, 16);
-  detail::dropout_backward_kernel<><<<blocks_for((n + 3) / 4, elementwise_threads), elementwise_threads, 0, stream>>>(
-      dy, dx, n, draw, dropout_threshold(rate), dropout_scale(rate), vector);
-  TYPEFLOW_CUDA_CHECK_LAUNCH();
+  dropout_forward(dy, dx, nullptr, n, rate, draw, stream);
 }
 
 // The graph-ready short forms: no mask written, the step read from device
