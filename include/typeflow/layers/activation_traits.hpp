@@ -2,7 +2,7 @@
 // activation layers; anything else leaves the product unfused.
 #pragma once
 
-#include "typeflow/backend/cpu/matmul.hpp"
+#include "typeflow/core/gemm.hpp"
 
 namespace typeflow {
 

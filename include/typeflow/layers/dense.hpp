@@ -10,15 +10,14 @@
 // the policy's compute dtype for this layer, e.g.
 // dense<64, kernel_initializer<initializers::he_normal>> or dense<10, float32>.
 //
-// When a relu, tanh or sigmoid follows, it runs inside the matmul as a oneDNN
-// post-op and the activation layer only applies its derivative in backward.
+// When a relu, tanh or sigmoid follows, it runs inside the matmul as its
+// epilogue and the activation layer only applies its derivative in backward.
 //
 // In a 16-bit compute dtype (mixed_float16, mixed_bfloat16) the kernel stays
 // float32 (the master weights) and the product sees it, the input, the output
-// and every gradient rounded to 16 bits, with float32 accumulation. oneDNN
-// 2.6 has no 16-bit matmul for AVX2 CPUs, so the rounded values are held in
-// float32 and the product runs in float32 (precision/storage.hpp); the output
-// is stored in 16 bits when the layers after it read 16 bits.
+// and every gradient in 16 bits, with float32 accumulation; the output is
+// stored in 16 bits when the layers after it read 16 bits. The executors:
+// backend/cpu/dense.hpp (oneDNN), backend/cuda/dense.cuh (cuBLASLt).
 #pragma once
 
 #include <algorithm>
@@ -27,13 +26,11 @@
 #include <string>
 #include <type_traits>
 
-#include "typeflow/backend/cpu/matmul.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
-#include "typeflow/precision/storage.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -90,10 +87,10 @@ struct dense {
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
     static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
 
-    // 16 bits, all in scratch (rounded again in backward, which costs one
-    // pass over the kernel and keeps nothing between the passes): the input
-    // rounded, the output before it is stored in 16 bits, the kernel and
-    // bias rounded.
+    // The CPU's 16 bits, all in scratch (rounded again in backward, which
+    // costs one pass over the kernel and keeps nothing between the passes):
+    // the input rounded, the output before it is stored in 16 bits, the
+    // kernel and bias rounded (backend/cpu/dense.hpp).
     static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
     static constexpr std::size_t bias_floats = aligned_floats(units);
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
@@ -103,110 +100,6 @@ struct dense {
         copies_input ? rows_per_sample * (in_features + (stores_16bit ? units : 0)) * sizeof(float) : 0;
     static constexpr std::size_t scratch_bytes_per_step =
         (copies_input ? 2 * arena_alignment : 0) + (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0);
-
-    template <int Batch>
-    class executor {
-      static constexpr int rows = Batch * static_cast<int>(rows_per_sample);
-      // The kernel's rows are stored padded (see padded_row_length).
-      static constexpr int kernel_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
-
-     public:
-      explicit executor(const layer_io& io)
-          : io_(io),
-            forward_(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true, fused),
-            // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units)
-            kernel_grad_(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false),
-            // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-            input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {}
-
-      std::size_t scratchpad_bytes() const {
-        return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(),
-                         input_grad_.scratchpad_bytes()});
-      }
-
-      void bind(std::byte* scratchpad) {
-        const float* kernel = io_.params + params::template offset<0>;
-        const float* bias = io_.params + params::template offset<1>;
-        const float* in = io_.in;
-        float* out = io_.out;
-        if constexpr (low_precision) {
-          kernel = rounded_kernel();
-          bias = rounded_kernel() + kernel_floats;
-        }
-        if constexpr (copies_input) in = rounded_input();
-        if constexpr (stores_16bit) out = output_before_storing();
-        forward_.bind(in, kernel, bias, out, scratchpad);
-        kernel_grad_.bind(in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
-        if (io_.d_in) input_grad_.bind(io_.d_out, kernel, nullptr, io_.d_in, scratchpad);
-      }
-
-      void forward() {
-        if constexpr (low_precision) round_weights();
-        if constexpr (copies_input) round_input();
-        forward_.run();
-        if constexpr (stores_16bit)
-          precision::from_float<compute_dtype>(output_before_storing(),
-                                               reinterpret_cast<typename compute_dtype::value_type*>(io_.out),
-                                               output_count);
-        else if constexpr (low_precision)
-          precision::round_in_place<compute_dtype>(io_.out, output_count);
-      }
-
-      void backward() {
-        // The gradient arriving here is held in 16 bits (it is this layer's
-        // to use up), and the input is copied again: scratch does not
-        // outlive a call.
-        if constexpr (low_precision) {
-          precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
-          round_weights();
-        }
-        if constexpr (copies_input) round_input();
-        kernel_grad_.run();
-        bias_gradient();
-        if constexpr (low_precision)
-          precision::round_in_place<compute_dtype>(io_.grads, kernel_floats + static_cast<std::size_t>(units));
-        if (io_.d_in) {
-          input_grad_.run();
-          if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
-        }
-      }
-
-     private:
-      static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * in_features;
-      static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
-
-      // Scratch: the rounded input, the output before storing, the rounded weights.
-      static constexpr std::size_t output_offset = align_up(input_count * sizeof(float));
-      static constexpr std::size_t weights_offset =
-          output_offset + (stores_16bit ? align_up(output_count * sizeof(float)) : 0);
-      float* rounded_input() const { return reinterpret_cast<float*>(io_.scratch); }
-      float* output_before_storing() const { return reinterpret_cast<float*>(io_.scratch + output_offset); }
-      float* rounded_kernel() const { return reinterpret_cast<float*>(io_.scratch + weights_offset); }
-
-      // The weights as this step's product sees them (Keras casts them at each call).
-      void round_weights() {
-        precision::round_into<compute_dtype>(io_.params, rounded_kernel(), kernel_floats + bias_floats);
-      }
-      // The input as float32, holding values of the compute dtype.
-      void round_input() {
-        if constexpr (std::is_same_v<input_dtype, float32>) {
-          precision::round_into<compute_dtype>(io_.in, rounded_input(), input_count);
-        } else {
-          // Stored in 16 bits: a float32 layer reads the values as they are,
-          // a 16-bit one of the other kind rounds them again.
-          precision::to_float<input_dtype>(reinterpret_cast<const typename input_dtype::value_type*>(io_.in),
-                                           rounded_input(), input_count);
-          if constexpr (low_precision && !std::is_same_v<input_dtype, compute_dtype>)
-            precision::round_in_place<compute_dtype>(rounded_input(), input_count);
-        }
-      }
-
-      // d_bias (units) = the column sums of d_out (rows, units).
-      void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, io_.grads + params::template offset<1>); }
-
-      layer_io io_;
-      backend::cpu::matmul forward_, kernel_grad_, input_grad_;
-    };
   };
 };
 

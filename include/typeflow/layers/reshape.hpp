@@ -14,13 +14,6 @@
 
 namespace typeflow {
 
-// Shared by flatten and reshape: no work in either direction.
-struct view_executor : executor_defaults {
-  explicit view_executor(const layer_io&) {}
-  void forward() {}
-  void backward() {}
-};
-
 struct flatten {
   static std::string type_name() { return "flatten"; }
 
@@ -32,8 +25,7 @@ struct flatten {
     static constexpr bool gradient_in_place = true;
     using compute_dtype = typename Context::precision::input;
     using output_dtype = typename Context::precision::input;
-    template <int Batch>
-    using executor = view_executor;
+    static constexpr bool computes_nothing = true;  // on every device
   };
 };
 
@@ -64,8 +56,7 @@ struct reshape {
     static constexpr bool gradient_in_place = true;
     using compute_dtype = typename Context::precision::input;
     using output_dtype = typename Context::precision::input;
-    template <int Batch>
-    using executor = view_executor;
+    static constexpr bool computes_nothing = true;  // on every device
   };
 };
 

@@ -4,8 +4,10 @@
 // A layer is a spec template (dense<512>, relu, ...) with a nested
 // bind<InputShape, Context>. The bound type states the layer's compile-time
 // facts (output shape, parameters, FLOPs, whether its output or gradient may
-// share its input's buffer) and an executor<Batch> that runs forward and
-// backward over fixed addresses in the model's arena.
+// share its input's buffer). What runs it is found elsewhere, per device:
+// executor<Spec, Layer, Batch, Device> (model/executor.hpp), specialised
+// under backend/cpu and backend/cuda, works over fixed addresses in the
+// model's arena. Nothing here depends on a backend.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +16,6 @@
 #include <string_view>
 #include <tuple>
 
-#include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/core/shape.hpp"
@@ -194,7 +195,11 @@ struct run_state {
   int position = 0;              // decoding (generate): the index of the position being fed
 };
 
-// The fixed addresses one layer works on, resolved from the memory plan.
+// The fixed addresses one layer works on, resolved from the memory plan, on
+// Device (cpu or cuda): host memory or one GPU's arena. The context is the
+// backend's (a oneDNN engine and stream; a CUDA stream, cuBLASLt handle and
+// the device's step counter), declared by backend/device.hpp.
+template <class Device>
 struct layer_io {
   const float* in = nullptr;    // (B, input_shape)
   float* out = nullptr;         // (B, output_shape)
@@ -211,7 +216,7 @@ struct layer_io {
   const float* tied_params = nullptr;
   float* tied_grads = nullptr;
   bool tied_gradient_written = false;
-  backend::cpu::context* context = nullptr;
+  typename Device::context* context = nullptr;
   const run_state* run = nullptr;
 };
 
@@ -224,6 +229,9 @@ struct layer_defaults {
   static constexpr std::size_t flops_per_sample = 0;
   static constexpr bool output_aliases_input = false;  // out == in (reshape, fused activation)
   static constexpr bool gradient_in_place = false;     // d_in == d_out
+  // Whether it does no work in either direction, on any device (the input,
+  // views such as flatten): then it needs no executor of its own.
+  static constexpr bool computes_nothing = false;
   static constexpr std::size_t workspace_bytes_per_sample = 0;  // scales with the batch (dropout's mask)
   static constexpr std::size_t workspace_bytes_per_step = 0;    // does not (batch_norm's batch statistics)
   // Bytes a layer needs only while its forward() or backward() runs (e.g.
@@ -242,7 +250,8 @@ struct layer_defaults {
   using output_dtype = float32;
 };
 
-// What executors without library primitives share: no scratchpad to bind.
+// What executors without library primitives share: no scratchpad to bind
+// (see model/executor.hpp for the executor's contract).
 struct executor_defaults {
   std::size_t scratchpad_bytes() const { return 0; }
   void bind(std::byte*) {}

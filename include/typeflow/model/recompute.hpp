@@ -16,6 +16,7 @@
 #include <string>
 
 #include "typeflow/model/chain.hpp"
+#include "typeflow/model/chain_executor.hpp"
 
 namespace typeflow {
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "typeflow/model/chain.hpp"
+#include "typeflow/model/chain_executor.hpp"
 
 namespace typeflow {
 

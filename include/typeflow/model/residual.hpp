@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <string>
 
-#include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/model/chain.hpp"
+#include "typeflow/model/chain_executor.hpp"
 
 namespace typeflow {
 
@@ -32,32 +32,29 @@ struct residual {
     static constexpr bool output_aliases_input = false;
     static constexpr bool gradient_in_place = false;
     static constexpr std::size_t flops_per_sample = chain::flops_per_sample + In::size;
-
-    template <int Batch>
-    class executor : public chain::template executor<Batch> {
-      using base = typename chain::template executor<Batch>;
-      static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * In::size);
-
-     public:
-      explicit executor(const layer_io& io) : base(io) {}
-
-      void forward() {
-        base::forward();
-        float* out = base::io().out;
-        const float* in = base::io().in;
-        backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] += in[i]; });
-      }
-
-      // d_in = d_out (the skip) + the block's gradient.
-      void backward() {
-        base::backward();
-        float* d_in = base::io().d_in;
-        if (!d_in) return;
-        const float* d_out = base::io().d_out;
-        backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { d_in[i] += d_out[i]; });
-      }
-    };
   };
+};
+
+// Its executor, on every device: the chain, then the skip connection.
+template <class... Layers, class Layer, int Batch, class Device>
+class executor<residual<Layers...>, Layer, Batch, Device> : public chain_executor<Layer, Batch, Device> {
+  using base = chain_executor<Layer, Batch, Device>;
+  static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
+
+ public:
+  explicit executor(const layer_io<Device>& io) : base(io) {}
+
+  void forward() {
+    base::forward();
+    add_in_place(*base::io().context, base::io().out, base::io().in, count);
+  }
+
+  // d_in = d_out (the skip) + the block's gradient.
+  void backward() {
+    base::backward();
+    if (!base::io().d_in) return;
+    add_in_place(*base::io().context, base::io().d_in, base::io().d_out, count);
+  }
 };
 
 }  // namespace typeflow

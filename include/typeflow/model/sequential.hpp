@@ -18,6 +18,7 @@
 
 #include "typeflow/layers/input.hpp"
 #include "typeflow/model/chain.hpp"
+#include "typeflow/model/chain_executor.hpp"
 #include "typeflow/model/layer.hpp"
 #include "typeflow/precision/policy.hpp"
 
@@ -35,12 +36,7 @@ struct bound_input : layer_defaults {
   using output_dtype = typename Input::dtype;  // float32 features or int32 token ids
   using input_shape = Shape;
   using output_shape = Shape;
-  template <int Batch>
-  struct executor : executor_defaults {
-    explicit executor(const layer_io&) {}
-    void forward() {}
-    void backward() {}
-  };
+  static constexpr bool computes_nothing = true;  // on every device
 };
 
 template <class Tuple, std::size_t I>

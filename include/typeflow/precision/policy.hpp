@@ -22,6 +22,11 @@
 
 namespace typeflow {
 
+namespace precision {
+template <class Dtype>
+inline constexpr bool is_16bit_v = std::is_same_v<Dtype, float16> || std::is_same_v<Dtype, bfloat16>;
+}  // namespace precision
+
 template <class Param, class Compute, class Output = Compute>
 struct policy {
   static_assert(std::is_same_v<Param, float32>,

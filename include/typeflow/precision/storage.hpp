@@ -27,11 +27,9 @@
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/half.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow::precision {
-
-template <class Dtype>
-inline constexpr bool is_16bit_v = std::is_same_v<Dtype, float16> || std::is_same_v<Dtype, bfloat16>;
 
 namespace detail {
 

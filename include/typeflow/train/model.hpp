@@ -53,6 +53,13 @@
 #include "typeflow/train/progress_bar.hpp"
 #include "typeflow/train/step_program.hpp"
 
+// The CPU's executors, where a CPU model sets up its step programs. A CUDA
+// translation unit parses none of them: nvcc 13 cannot compile oneDNN's C++
+// header (backend/cpu/context.hpp), and model<..., cpu> refuses to train there.
+#if !defined(__CUDACC__)
+#include "typeflow/backend/cpu/executors.hpp"
+#endif
+
 namespace typeflow {
 
 // fit's options, Keras's names. Element is the training batch type, so that
@@ -529,7 +536,7 @@ class model {
 
   // Sets the arena and the step program up for batch size N, once per size.
   template <int N>
-  step_program<Net, N>& program_for() {
+  step_program<Net, N, cpu>& program_for() {
 #if !TYPEFLOW_HAS_ONEDNN_CPP
     static_assert(N < 0, "model<Net, Policy, Strategy, cpu> cannot train or predict in a CUDA translation unit: "
                          "nvcc 13 cannot compile oneDNN's C++ header under C++20 (backend/cpu/context.hpp). "
@@ -540,25 +547,25 @@ class model {
       using plan = memory_plan<Net, N, 0>;
       const std::size_t total = step_base() + (plan::total_bytes - plan::activations_offset);
       memory_.reserve(total, step_base());
-      program_ = std::make_shared<step_program<Net, N>>(memory_, step_base(), context_, run_);
+      program_ = std::make_shared<step_program<Net, N, cpu>>(memory_.data(), step_base(), context_, run_);
       program_batch_ = N;
     }
-    return *std::static_pointer_cast<step_program<Net, N>>(program_);
+    return *std::static_pointer_cast<step_program<Net, N, cpu>>(program_);
   }
 
   // The decoder's program (batch 1) in the step region; a later fit or
   // evaluate sets its own program up again.
-  step_program<typename Net::decoder, 1>& decoder_program() {
+  step_program<typename Net::decoder, 1, cpu>& decoder_program() {
     constexpr int decoder_marker = -1;
     if (program_batch_ != decoder_marker || !program_) {
       program_.reset();
       using plan = memory_plan<typename Net::decoder, 1, 0>;
       const std::size_t total = step_base() + (plan::total_bytes - plan::activations_offset);
       memory_.reserve(total, step_base());
-      program_ = std::make_shared<step_program<typename Net::decoder, 1>>(memory_, step_base(), context_, run_);
+      program_ = std::make_shared<step_program<typename Net::decoder, 1, cpu>>(memory_.data(), step_base(), context_, run_);
       program_batch_ = decoder_marker;
     }
-    return *std::static_pointer_cast<step_program<typename Net::decoder, 1>>(program_);
+    return *std::static_pointer_cast<step_program<typename Net::decoder, 1, cpu>>(program_);
   }
 
   // One token drawn from logits: greedy at temperature 0, else from the
@@ -589,16 +596,16 @@ class model {
   // A secondary replica's program: its arena holds weights, gradients (no
   // optimizer slots) and its own activations.
   template <int N>
-  step_program<Net, N>& secondary_program_for(replica_state& replica) {
+  step_program<Net, N, cpu>& secondary_program_for(replica_state& replica) {
     if (replica.program_batch != N || !replica.program) {
       replica.program.reset();
       using plan = memory_plan<Net, N, 0>;
       replica.memory.reserve(plan::total_bytes, plan::activations_offset);
-      replica.program = std::make_shared<step_program<Net, N>>(replica.memory, plan::activations_offset,
+      replica.program = std::make_shared<step_program<Net, N, cpu>>(replica.memory.data(), plan::activations_offset,
                                                                replica.context, replica.run);
       replica.program_batch = N;
     }
-    return *std::static_pointer_cast<step_program<Net, N>>(replica.program);
+    return *std::static_pointer_cast<step_program<Net, N, cpu>>(replica.program);
   }
 
   // One optimisation step on a full batch, on one replica or on all.
@@ -631,7 +638,7 @@ class model {
     constexpr int shard = Batch::size / replica_count;
     static_assert(strategy_check<Strategy, global_batch<Batch::size>, Batch::size % replica_count == 0>::passed,
                   "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
-    using program_type = step_program<Net, shard>;
+    using program_type = step_program<Net, shard, cpu>;
     using label_value = typename Batch::label_value;
     constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
     constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;

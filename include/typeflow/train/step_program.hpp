@@ -1,54 +1,53 @@
-// step_program<Net, Batch>: a network's forward and backward for one batch
-// size, generated from the types and bound to fixed arena addresses.
+// step_program<Net, Batch, Device>: a network's forward and backward for one
+// batch size on one device, generated from the types and bound to fixed
+// arena addresses.
 //
-// Set-up creates every layer's executor (oneDNN primitives included) and
-// binds it once; forward() and backward() are then folds over a std::tuple of
-// executors, inlined, with nothing created or allocated.
+// Set-up creates every layer's executor (oneDNN primitives or cuBLASLt
+// plans included), found through executor<Spec, Layer, Batch, Device>, and
+// binds it once; forward() and backward() are then folds over a std::tuple
+// of executors, inlined, with nothing created or allocated. The arena is
+// host memory on the CPU and one GPU's memory on CUDA, laid out by the same
+// memory plan.
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstddef>
-#include <memory>
 #include <tuple>
 #include <utility>
 
-#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/device.hpp"
+#include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
 #include "typeflow/model/memory_plan.hpp"
-#include "typeflow/train/arena.hpp"
 
 namespace typeflow {
 
-template <class Net, int Batch>
+template <class Net, int Batch, class Device>
 class step_program {
  public:
   using plan = memory_plan<Net, Batch, 0>;  // step-region offsets; shifted by the slots at run time
+  using device = Device;
   static constexpr int batch_size = Batch;
   static constexpr std::size_t layer_count = Net::layer_count;
   static constexpr std::size_t last = layer_count - 1;
   using output_shape = typename Net::output_shape_type;
 
-  // `step_base` is where the step region starts: after the parameters,
+  // `arena` is the start of the model's arena on the device, and
+  // `step_base` where its step region starts: after the parameters,
   // gradients and the optimizer's slots.
-  step_program(arena& memory, std::size_t step_base, backend::cpu::context& context, const run_state& run)
-      : base_(memory.data() + step_base - plan::activations_offset),
-        params_(memory.template at<float>(plan::parameters_offset)),
-        grads_(memory.template at<float>(plan::gradients_offset)),
-        executors_(make_executors(context, run, std::make_index_sequence<layer_count>{})) {
-    std::size_t scratch = 0;
-    std::apply([&](auto&... e) { ((scratch = std::max(scratch, e.scratchpad_bytes())), ...); }, executors_);
-    scratchpad_.reset(scratch ? static_cast<std::byte*>(std::aligned_alloc(arena_alignment, align_up(scratch)))
-                              : nullptr);
-    std::apply([&](auto&... e) { (e.bind(scratchpad_.get()), ...); }, executors_);
+  step_program(std::byte* arena, std::size_t step_base, typename Device::context& context, const run_state& run)
+      : base_(arena + step_base - plan::activations_offset),
+        params_(reinterpret_cast<float*>(arena + plan::parameters_offset)),
+        grads_(reinterpret_cast<float*>(arena + plan::gradients_offset)),
+        executors_(make_executors(context, run, std::make_index_sequence<layer_count>{})),
+        scratchpad_(scratchpad_bytes()) {
+    std::apply([&](auto&... e) { (e.bind(scratchpad_.data()), ...); }, executors_);
   }
 
   float* input() const { return activation(0); }
   float* output() const { return activation(last); }
   // d(loss)/d(output), where the loss writes.
-  float* output_gradient() const {
-    return reinterpret_cast<float*>(base_ + plan::gradient_buffer_offset[plan::output_gradient_buffer[last]]);
-  }
+  float* output_gradient() const { return gradient_of_output(last); }
   float* row_losses() const { return reinterpret_cast<float*>(base_ + plan::loss_rows_offset); }
 
   void forward() {
@@ -57,6 +56,13 @@ class step_program {
   void backward() {
     [this]<std::size_t... I>(std::index_sequence<I...>) {
       (std::get<last - I>(executors_).backward(), ...);
+    }(std::make_index_sequence<layer_count>{});
+  }
+  // Layer i's backward alone (mirrored<N> on GPUs interleaves the replicas
+  // layer by layer, so that each gradient bucket's all-reduce starts early).
+  void backward_layer(std::size_t i) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I == i ? std::get<I>(executors_).backward() : void()), ...);
     }(std::make_index_sequence<layer_count>{});
   }
 
@@ -69,9 +75,12 @@ class step_program {
   }
 
   template <std::size_t I>
-  auto make_executor(backend::cpu::context& context, const run_state& run) {
+  using executor_at = executor<typename Net::template spec<I>, typename Net::template layer<I>, Batch, Device>;
+
+  template <std::size_t I>
+  executor_at<I> make_executor(typename Device::context& context, const run_state& run) {
     using layer = typename Net::template layer<I>;
-    layer_io io;
+    layer_io<Device> io;
     io.in = I > 0 ? activation(I - 1) : nullptr;
     io.out = activation(I);
     io.d_in = (I > 0 && Net::needs_input_gradient[I]) ? gradient_of_output(I - 1) : nullptr;
@@ -88,7 +97,7 @@ class step_program {
     if constexpr (I == tied_embedding_layer() && any_tied()) io.tied_gradient_written = true;
     io.context = &context;
     io.run = &run;
-    return typename layer::template executor<Batch>(io);
+    return executor_at<I>(io);
   }
   // The layer whose matrix tied_logits reuses: the first with an
   // `embedding_matrix` fact (embedding<V, D>); layer_count when none.
@@ -109,25 +118,25 @@ class step_program {
   struct executors_of;
   template <std::size_t... I>
   struct executors_of<std::index_sequence<I...>> {
-    using type = std::tuple<typename Net::template layer<I>::template executor<Batch>...>;
+    using type = std::tuple<executor_at<I>...>;
   };
   using executors_type = typename executors_of<std::make_index_sequence<layer_count>>::type;
 
   template <std::size_t... I>
-  executors_type make_executors(backend::cpu::context& context, const run_state& run,
-                                std::index_sequence<I...>) {
+  executors_type make_executors(typename Device::context& context, const run_state& run, std::index_sequence<I...>) {
     return executors_type{make_executor<I>(context, run)...};
   }
-
-  struct free_deleter {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
+  std::size_t scratchpad_bytes() const {
+    std::size_t bytes = 0;
+    std::apply([&](const auto&... e) { ((bytes = std::max(bytes, e.scratchpad_bytes())), ...); }, executors_);
+    return bytes;
+  }
 
   std::byte* base_;
   float* params_;
   float* grads_;
   executors_type executors_;
-  std::unique_ptr<std::byte, free_deleter> scratchpad_;
+  typename Device::scratchpad scratchpad_;
 };
 
 }  // namespace typeflow

@@ -17,6 +17,15 @@
 #define TYPEFLOW_HAS_ONEDNN_CPP 1
 #endif
 
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/backend/device.hpp"
+
 #if TYPEFLOW_HAS_ONEDNN_CPP
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -33,3 +42,34 @@ namespace typeflow::backend::cpu {
 struct context {};
 }  // namespace typeflow::backend::cpu
 #endif
+
+namespace typeflow::backend::cpu {
+
+// The bytes a step program lends its executors' libraries (oneDNN's
+// scratchpads), 64-byte aligned; none for a zero count.
+class scratchpad {
+ public:
+  explicit scratchpad(std::size_t bytes) {
+    if (bytes == 0) return;
+    void* raw = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!raw) throw std::bad_alloc();
+    data_.reset(static_cast<std::byte*>(raw));
+  }
+  std::byte* data() const noexcept { return data_.get(); }
+
+ private:
+  struct deleter {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<std::byte, deleter> data_;
+};
+
+// What the device-independent executors (combinators) ask of a device,
+// found by argument-dependent lookup on the context.
+inline void copy_bytes(context&, void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
+// to[i] += from[i]
+inline void add_in_place(context&, float* to, const float* from, std::size_t count) {
+  parallel_for(static_cast<std::ptrdiff_t>(count), [=](std::ptrdiff_t i) { to[i] += from[i]; });
+}
+
+}  // namespace typeflow::backend::cpu

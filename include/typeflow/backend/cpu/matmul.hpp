@@ -11,7 +11,7 @@
 #pragma once
 
 #include "typeflow/backend/cpu/context.hpp"
-#include "typeflow/backend/gemm.hpp"
+#include "typeflow/core/gemm.hpp"
 
 #if TYPEFLOW_HAS_ONEDNN_CPP
 #include <array>

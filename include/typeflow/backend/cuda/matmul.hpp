@@ -1,5 +1,5 @@
 // The CUDA gemm: cuBLASLt behind the same row-major description as the CPU
-// backend (typeflow/backend/gemm.hpp):
+// backend (typeflow/core/gemm.hpp):
 //
 //   C (m, n) = op(A) (m, k) · op(B) (k, n)  [+ C]  [+ bias (n)]  [then activation]
 //
@@ -28,7 +28,7 @@
 #include <utility>
 
 #include "typeflow/backend/cuda/runtime.hpp"
-#include "typeflow/backend/gemm.hpp"
+#include "typeflow/core/gemm.hpp"
 
 namespace typeflow::backend::cuda {
 

@@ -1,0 +1,135 @@
+// dense on the CPU: oneDNN matmuls, the bias (and a following relu, tanh or
+// sigmoid) fused as post-ops.
+//
+// In a 16-bit compute dtype the product sees the input, kernel, bias,
+// output and every gradient rounded to 16 bits, with float32 accumulation.
+// oneDNN 2.6 has no 16-bit matmul for AVX2 CPUs, so the rounded values are
+// held in float32 and the product runs in float32 (precision/storage.hpp);
+// the output is stored in 16 bits when the layers after it read 16 bits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/cpu/matmul.hpp"
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/layers/dense.hpp"
+#include "typeflow/model/executor.hpp"
+#include "typeflow/precision/storage.hpp"
+
+namespace typeflow {
+
+template <int Units, class... Options, class Layer, int Batch>
+class executor<dense<Units, Options...>, Layer, Batch, cpu> {
+  using params = typename Layer::params;
+  using compute_dtype = typename Layer::compute_dtype;
+  using input_dtype = typename Layer::input_dtype;
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr bool stores_16bit = Layer::stores_16bit;
+  static constexpr bool copies_input = Layer::copies_input;
+  static constexpr int units = Layer::units;
+  static constexpr int in_features = Layer::in_features;
+  static constexpr std::size_t kernel_floats = Layer::kernel_floats;
+  static constexpr std::size_t bias_floats = Layer::bias_floats;
+  static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
+  // The kernel's rows are stored padded (see padded_row_length).
+  static constexpr int kernel_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
+
+ public:
+  explicit executor(const layer_io<cpu>& io)
+      : io_(io),
+        forward_(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true, Layer::fused),
+        // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units)
+        kernel_grad_(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false),
+        // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
+        input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {}
+
+  std::size_t scratchpad_bytes() const {
+    return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(), input_grad_.scratchpad_bytes()});
+  }
+
+  void bind(std::byte* scratchpad) {
+    const float* kernel = io_.params + params::template offset<0>;
+    const float* bias = io_.params + params::template offset<1>;
+    const float* in = io_.in;
+    float* out = io_.out;
+    if constexpr (low_precision) {
+      kernel = rounded_kernel();
+      bias = rounded_kernel() + kernel_floats;
+    }
+    if constexpr (copies_input) in = rounded_input();
+    if constexpr (stores_16bit) out = output_before_storing();
+    forward_.bind(in, kernel, bias, out, scratchpad);
+    kernel_grad_.bind(in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
+    if (io_.d_in) input_grad_.bind(io_.d_out, kernel, nullptr, io_.d_in, scratchpad);
+  }
+
+  void forward() {
+    if constexpr (low_precision) round_weights();
+    if constexpr (copies_input) round_input();
+    forward_.run();
+    if constexpr (stores_16bit)
+      precision::from_float<compute_dtype>(output_before_storing(),
+                                           reinterpret_cast<typename compute_dtype::value_type*>(io_.out),
+                                           output_count);
+    else if constexpr (low_precision)
+      precision::round_in_place<compute_dtype>(io_.out, output_count);
+  }
+
+  void backward() {
+    // The gradient arriving here is held in 16 bits (it is this layer's
+    // to use up), and the input is copied again: scratch does not
+    // outlive a call.
+    if constexpr (low_precision) {
+      precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
+      round_weights();
+    }
+    if constexpr (copies_input) round_input();
+    kernel_grad_.run();
+    bias_gradient();
+    if constexpr (low_precision)
+      precision::round_in_place<compute_dtype>(io_.grads, kernel_floats + static_cast<std::size_t>(units));
+    if (io_.d_in) {
+      input_grad_.run();
+      if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
+    }
+  }
+
+ private:
+  static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * in_features;
+  static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
+
+  // Scratch: the rounded input, the output before storing, the rounded weights.
+  static constexpr std::size_t output_offset = align_up(input_count * sizeof(float));
+  static constexpr std::size_t weights_offset =
+      output_offset + (stores_16bit ? align_up(output_count * sizeof(float)) : 0);
+  float* rounded_input() const { return reinterpret_cast<float*>(io_.scratch); }
+  float* output_before_storing() const { return reinterpret_cast<float*>(io_.scratch + output_offset); }
+  float* rounded_kernel() const { return reinterpret_cast<float*>(io_.scratch + weights_offset); }
+
+  // The weights as this step's product sees them (Keras casts them at each call).
+  void round_weights() { precision::round_into<compute_dtype>(io_.params, rounded_kernel(), kernel_floats + bias_floats); }
+  // The input as float32, holding values of the compute dtype.
+  void round_input() {
+    if constexpr (std::is_same_v<input_dtype, float32>) {
+      precision::round_into<compute_dtype>(io_.in, rounded_input(), input_count);
+    } else {
+      // Stored in 16 bits: a float32 layer reads the values as they are,
+      // a 16-bit one of the other kind rounds them again.
+      precision::to_float<input_dtype>(reinterpret_cast<const typename input_dtype::value_type*>(io_.in),
+                                       rounded_input(), input_count);
+      if constexpr (low_precision && !std::is_same_v<input_dtype, compute_dtype>)
+        precision::round_in_place<compute_dtype>(rounded_input(), input_count);
+    }
+  }
+
+  // d_bias (units) = the column sums of d_out (rows, units).
+  void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, io_.grads + params::template offset<1>); }
+
+  layer_io<cpu> io_;
+  backend::cpu::matmul forward_, kernel_grad_, input_grad_;
+};
+
+}  // namespace typeflow
