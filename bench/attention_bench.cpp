@@ -30,6 +30,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <typeflow/typeflow.hpp>
+#include <typeflow/backend/cpu/attention.hpp>
 
 namespace tf = typeflow;
 
@@ -57,7 +58,7 @@ struct attention_setup {
   std::unique_ptr<std::byte, release> workspace = aligned(Batch * layer::workspace_bytes_per_sample),
                                       scratch = aligned(Batch * layer::scratch_bytes_per_sample + layer::scratch_bytes_per_step);
   tf::run_state run{.training = true, .seed = 1, .step = 1};
-  typename layer::template executor<Batch> executor;
+  tf::executor<tf::causal_self_attention<H>, layer, Batch, tf::cpu> executor;
   std::unique_ptr<std::byte, release> scratchpad;
 
   attention_setup() : executor(io()) {
@@ -70,8 +71,8 @@ struct attention_setup {
     scratchpad = aligned(executor.scratchpad_bytes());
     executor.bind(scratchpad.get());
   }
-  tf::layer_io io() {
-    tf::layer_io io;
+  tf::layer_io<tf::cpu> io() {
+    tf::layer_io<tf::cpu> io;
     io.in = in.get();
     io.out = out.get();
     io.d_in = d_in.get();

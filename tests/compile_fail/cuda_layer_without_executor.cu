@@ -1,9 +1,9 @@
-// expected-error: this layer has no CUDA executor yet
+// expected-error: this layer has no executor on this device
 #include <typeflow/cuda.cuh>
 
 namespace tf = typeflow;
 
-// conv2d runs on oneDNN only: the CUDA model names the layers it has.
+// conv2d runs on oneDNN only: the error names the layer and the device.
 using cnn = tf::sequential<tf::input<8, 8, 1>, tf::conv2d<4, 3>, tf::flatten, tf::dense<10>>;
 
 int main() {

@@ -21,7 +21,7 @@
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/functors.hpp"
 #include "typeflow/core/half.hpp"
-#include "typeflow/layers/dropout.hpp"
+#include "typeflow/backend/cpu/dropout.hpp"
 #include "typeflow/optimizers/device_update.hpp"
 
 namespace tf = typeflow;
@@ -249,14 +249,14 @@ TEST_CASE("dropout draws the CPU dropout layer's mask, and backward regenerates 
     std::vector<float> out(count), grad(dy.begin(), dy.begin() + count);
     std::vector<std::byte> keep(layer::workspace_bytes_per_sample * batch);
     tf::run_state run{.training = true, .seed = 42, .step = step};
-    tf::layer_io io;
+    tf::layer_io<tf::cpu> io;
     io.in = x.data();
     io.out = out.data();
     io.d_in = grad.data();
     io.d_out = grad.data();
     io.workspace = keep.data();
     io.run = &run;
-    layer::executor<batch> cpu(io);
+    tf::executor<tf::dropout<rate>, layer, batch, tf::cpu> cpu(io);
     cpu.forward();
     cpu.backward();
 

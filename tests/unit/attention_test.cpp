@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <typeflow/typeflow.hpp>
+#include <typeflow/backend/cpu/attention.hpp>
 
 #include "../support/reference_json.hpp"
 
@@ -37,13 +38,19 @@ float wobble(std::uint64_t i, std::uint64_t salt, float low = -1.f, float high =
 // What a gradient entry holds before backward: the layer must overwrite it.
 constexpr float untouched = 12345.f;
 
+// A bound layer that remembers its spec, through which its executor is found.
+template <class Spec, class In, class Context>
+struct bound : Spec::template bind<In, Context> {
+  using spec = Spec;
+};
+
 template <int T, int D, int Heads, class... Options>
-using attention = typename tf::causal_self_attention<Heads, Options...>::template bind<
-    tf::shape<T, D>, tf::layer_context<1, tf::layer_norm, tf::dense<D>>>;
+using attention = bound<tf::causal_self_attention<Heads, Options...>, tf::shape<T, D>,
+                        tf::layer_context<1, tf::layer_norm, tf::dense<D>>>;
 // The same spec bound for decoding: one position per call, a cache of Length.
 template <int Length, int D, int Heads, class... Options>
-using decoding_attention = typename tf::causal_self_attention<Heads, Options...>::template bind<
-    tf::shape<1, D>, tf::layer_context<1, tf::layer_norm, tf::dense<D>, Length>>;
+using decoding_attention = bound<tf::causal_self_attention<Heads, Options...>, tf::shape<1, D>,
+                                 tf::layer_context<1, tf::layer_norm, tf::dense<D>, Length>>;
 
 // 64-byte aligned bytes, as the model's arena hands them out, filled with
 // NaNs: a layer that read workspace or scratch it has not written (the
@@ -72,7 +79,7 @@ struct harness {
   std::vector<float> in, out, d_out, d_in, parameters, grads;
   aligned_bytes workspace, scratch;
   tf::run_state run{.training = true, .seed = 5, .step = 1};
-  typename Layer::template executor<Batch> executor;
+  tf::executor<typename Layer::spec, Layer, Batch, tf::cpu> executor;
   aligned_bytes scratchpad;
 
   explicit harness(bool with_input_gradient = true)
@@ -89,8 +96,8 @@ struct harness {
     executor.bind(scratchpad.get());
   }
 
-  tf::layer_io io(bool with_input_gradient) {
-    tf::layer_io io;
+  tf::layer_io<tf::cpu> io(bool with_input_gradient) {
+    tf::layer_io<tf::cpu> io;
     io.in = in.data();
     io.out = out.data();
     io.d_in = with_input_gradient ? d_in.data() : nullptr;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "typeflow/backend/cuda/vector_plan.hpp"
-#include "typeflow/layers/dropout.hpp"
+#include "typeflow/backend/cpu/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/optimizers/device_update.hpp"
 #include "typeflow/precision/loss_scale.hpp"
@@ -103,14 +103,14 @@ void check_dropout_mask(std::uint64_t seed, std::uint64_t step) {
   for (auto& g : grad) g = normal(gen);
   const std::vector<float> dy = grad;
   tf::run_state run{.training = true, .seed = seed, .step = step};
-  tf::layer_io io;
+  tf::layer_io<tf::cpu> io;
   io.in = in.data();
   io.out = out.data();
   io.d_in = grad.data();
   io.d_out = grad.data();
   io.workspace = keep.data();
   io.run = &run;
-  typename layer::template executor<Batch> dropout(io);
+  tf::executor<tf::dropout<Rate>, layer, Batch, tf::cpu> dropout(io);
   dropout.forward();
   dropout.backward();
 

@@ -176,14 +176,14 @@ TEST_CASE("dropout drops Rate of the inputs, scales survivors by 1/(1-Rate), and
   std::vector<std::byte> mask(layer::workspace_bytes_per_sample * batch);
   for (int i = 0; i < count; ++i) in[i] = wobble(i);
   tf::run_state run{.training = true, .seed = 11, .step = 1};
-  tf::layer_io io;
+  tf::layer_io<tf::cpu> io;
   io.in = in.data();
   io.out = out.data();
   io.d_in = grad.data();
   io.d_out = grad.data();
   io.workspace = mask.data();
   io.run = &run;
-  layer::executor<batch> dropout(io);
+  tf::executor<tf::dropout<0.3f>, layer, batch, tf::cpu> dropout(io);
   dropout.forward();
   int kept = 0;
   for (int i = 0; i < count; ++i) {

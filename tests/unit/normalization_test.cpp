@@ -37,8 +37,11 @@ float wobble(std::uint64_t i, std::uint64_t salt, float low = -1.f, float high =
 // entries it owns (never accumulate) and leave the statistics' alone.
 constexpr float untouched = 12345.f;
 
+// A bound layer that remembers its spec, through which its executor is found.
 template <class Spec, class Sample>
-using bound = typename Spec::template bind<Sample, tf::layer_context<1, tf::dense<5>, void>>;
+struct bound : Spec::template bind<Sample, tf::layer_context<1, tf::dense<5>, void>> {
+  using spec = Spec;
+};
 
 // One bound layer's executor on buffers of its own, as a step_program would
 // bind it. With in_place, d_in is d_out's buffer (what the memory plan does
@@ -52,7 +55,7 @@ struct layer_harness {
   std::vector<float> in, out, d_out, d_in_storage, params, grads;
   std::vector<std::byte> workspace;
   tf::run_state run{.training = true, .seed = 1, .step = 1};
-  typename Layer::template executor<Batch> executor;
+  tf::executor<typename Layer::spec, Layer, Batch, tf::cpu> executor;
 
   explicit layer_harness(bool in_place = false)
       : in(in_size),
@@ -66,8 +69,8 @@ struct layer_harness {
     executor.bind(nullptr);
   }
 
-  tf::layer_io io(bool in_place) {
-    tf::layer_io io;
+  tf::layer_io<tf::cpu> io(bool in_place) {
+    tf::layer_io<tf::cpu> io;
     io.in = in.data();
     io.out = out.data();
     io.d_in = in_place ? d_out.data() : d_in_storage.data();

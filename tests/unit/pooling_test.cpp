@@ -13,6 +13,8 @@
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
+#include <typeflow/backend/cpu/pooling.hpp>
+#include <typeflow/backend/cpu/zero_padding2d.hpp>
 #include <typeflow/layers/zero_padding2d.hpp>
 
 #include "../support/gradient_check.hpp"
@@ -22,8 +24,11 @@ using typeflow::testing::check_gradients;
 
 namespace {
 
+// A bound layer that remembers its spec, through which its executor is found.
 template <class Spec, class In>
-using bound = typename Spec::template bind<In, tf::layer_context<1, void, void>>;
+struct bound : Spec::template bind<In, tf::layer_context<1, void, void>> {
+  using spec = Spec;
+};
 template <class Spec, class In, class Out>
 constexpr bool gives = std::is_same_v<typename bound<Spec, In>::output_shape, Out>;
 
@@ -113,7 +118,7 @@ struct run_layer {
   std::vector<float> x, y, dy, dx;
   std::vector<std::byte> workspace;
   tf::run_state run{.training = true};
-  tf::layer_io io;
+  tf::layer_io<tf::cpu> io;
 
   explicit run_layer(const std::vector<float>& input, const std::vector<float>& d_out)
       : x(input), y(Batch * out_shape::size, -7.f), dy(d_out),
@@ -127,11 +132,11 @@ struct run_layer {
     io.run = &run;
   }
   void forward() {
-    typename Layer::template executor<Batch> e(io);
+    tf::executor<typename Layer::spec, Layer, Batch, tf::cpu> e(io);
     e.forward();
   }
   void backward() {
-    typename Layer::template executor<Batch> e(io);
+    tf::executor<typename Layer::spec, Layer, Batch, tf::cpu> e(io);
     e.backward();
   }
 };

@@ -141,15 +141,15 @@ struct cpu_layer_norm {
   std::vector<float> in, out, d_out, d_in, params, grads;
   std::vector<std::byte> workspace;
   tf::run_state run{.training = true, .seed = 1, .step = 1};
-  typename layer::template executor<Rows> executor;
+  tf::executor<tf::layer_norm, layer, Rows, tf::cpu> executor;
 
   cpu_layer_norm()
       : in(count), out(count), d_out(count), d_in(count), params(layer::params::floats),
         grads(layer::params::floats), workspace(Rows * layer::workspace_bytes_per_sample), executor(io()) {
     executor.bind(nullptr);
   }
-  tf::layer_io io() {
-    tf::layer_io io;
+  tf::layer_io<tf::cpu> io() {
+    tf::layer_io<tf::cpu> io;
     io.in = in.data();
     io.out = out.data();
     io.d_in = d_in.data();

@@ -8,7 +8,7 @@
 // program gives its executors (constructed from a byte count, data() is its
 // first byte). Only the declarations are here, so that the engine (model/,
 // train/) names devices without including a backend:
-// backend/cpu/context.hpp and backend/cuda/context.hpp define them.
+// backend/cpu/context.hpp and backend/cuda/context.cuh define them.
 #pragma once
 
 namespace typeflow {

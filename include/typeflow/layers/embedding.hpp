@@ -13,18 +13,16 @@
 // An id outside [0, Vocab) stops the step with std::out_of_range naming the
 // id, the sample and the position; nothing is written before the check.
 // Options: embeddings_initializer<I> (default random_uniform<-0.05f, 0.05f>,
-// as Keras; GPT-2 uses random_normal<0.02f>).
+// as Keras; GPT-2 uses random_normal<0.02f>). The executors:
+// backend/cpu/embedding.hpp.
 #pragma once
 
-#include <cstdint>
-#include <cstring>
-#include <stdexcept>
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 
-#include "typeflow/backend/cpu/matmul.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/input.hpp"
@@ -46,22 +44,6 @@ inline constexpr bool is_int32_input<typed_input<int32, Dims...>> = true;
 
 template <class Option>
 inline constexpr bool is_embedding_option = is_option_of<embeddings_initializer, Option>;
-
-// d_table[row] += d_out[r] for every r with ids[r] == row; threads split
-// the columns, so no two write the same float.
-inline void scatter_add_rows(float* table, std::size_t stride, const std::int32_t* ids, const float* d_out,
-                             std::ptrdiff_t rows, int dim) {
-#pragma omp parallel for schedule(static) if (rows * dim >= backend::cpu::parallel_threshold)
-  for (int c0 = 0; c0 < dim; c0 += 32) {
-    const int c1 = c0 + 32 < dim ? c0 + 32 : dim;
-    for (std::ptrdiff_t r = 0; r < rows; ++r) {
-      float* to = table + static_cast<std::size_t>(ids[r]) * stride;
-      const float* from = d_out + r * dim;
-#pragma omp simd
-      for (int c = c0; c < c1; ++c) to[c] += from[c];
-    }
-  }
-}
 }  // namespace detail
 
 template <int Vocab, int Dim, class... Options>
@@ -95,42 +77,6 @@ struct embedding {
                         param_kind::embedding>;
     using params = param_list<table>;
     static constexpr bool embedding_matrix = true;  // tied_logits finds the matrix by this
-
-    template <int Batch>
-    class executor : public executor_defaults {
-      static constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch) * length;
-
-     public:
-      explicit executor(const layer_io& io) : io_(io) {}
-
-      void forward() {
-        const auto* ids = reinterpret_cast<const std::int32_t*>(io_.in);
-        for (std::ptrdiff_t r = 0; r < rows; ++r)
-          if (ids[r] < 0 || ids[r] >= vocab)
-            throw std::out_of_range("embedding<" + std::to_string(vocab) + ", " + std::to_string(dim) +
-                                    ">: token id " + std::to_string(ids[r]) + " at sample " +
-                                    std::to_string(r / length) + ", position " + std::to_string(r % length) +
-                                    " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-        const float* weights = io_.params;
-        float* out = io_.out;
-        backend::cpu::parallel_for(rows, [=](std::ptrdiff_t r) {
-          std::memcpy(out + r * dim, weights + static_cast<std::size_t>(ids[r]) * table::row_stride,
-                      sizeof(float) * dim);
-        });
-      }
-
-      // The gradient of the table: d_out's rows added into the rows of
-      // their ids. When tied_logits shares the table it has already written
-      // its part; otherwise the table's gradient starts from zero.
-      void backward() {
-        if (!io_.tied_gradient_written) std::memset(io_.grads, 0, sizeof(float) * table::stored_floats);
-        detail::scatter_add_rows(io_.grads, table::row_stride, reinterpret_cast<const std::int32_t*>(io_.in),
-                                 io_.d_out, rows, dim);
-      }
-
-     private:
-      layer_io io_;
-    };
   };
 };
 
@@ -165,47 +111,6 @@ struct positional_embedding {
     static constexpr std::size_t flops_per_sample = In::size;
     // Decoding one position at a time: the position comes from run_state.
     static constexpr bool decoding = Context::decode_length > 0;
-
-    template <int Batch>
-    class executor : public executor_defaults {
-     public:
-      explicit executor(const layer_io& io) : io_(io) {}
-
-      void forward() {
-        const int first = decoding ? io_.run->position : 0;
-        if (first < 0 || first + length > max_len)
-          throw std::out_of_range("positional_embedding<" + std::to_string(max_len) + ">: position " +
-                                  std::to_string(first + length - 1) + " is beyond the table");
-        const float* in = io_.in;
-        float* out = io_.out;
-        const float* table_rows = io_.params + static_cast<std::size_t>(first) * table::row_stride;
-        backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(Batch) * length, [=](std::ptrdiff_t r) {
-          const float* p = table_rows + static_cast<std::size_t>(r % length) * table::row_stride;
-          const float* x = in + r * dim;
-          float* y = out + r * dim;
-#pragma omp simd
-          for (int c = 0; c < dim; ++c) y[c] = x[c] + p[c];
-        });
-      }
-
-      // d_table[t] = the sum over the batch of d_out[., t]; d_in is d_out.
-      void backward() {
-        float* grads = io_.grads;
-        const float* d_out = io_.d_out;
-        std::memset(grads, 0, sizeof(float) * table::stored_floats);
-        backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(length), [=](std::ptrdiff_t t) {
-          float* g = grads + static_cast<std::size_t>(t) * table::row_stride;
-          for (int b = 0; b < Batch; ++b) {
-            const float* row = d_out + (static_cast<std::ptrdiff_t>(b) * length + t) * dim;
-#pragma omp simd
-            for (int c = 0; c < dim; ++c) g[c] += row[c];
-          }
-        });
-      }
-
-     private:
-      layer_io io_;
-    };
   };
 };
 
@@ -256,39 +161,6 @@ struct tied_logits {
     using output_shape = replace_last_t<In, vocab>;
     static constexpr bool uses_tied_embedding = true;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * dim * vocab;
-
-    template <int Batch>
-    class executor {
-      static constexpr int rows = Batch * static_cast<int>(rows_per_sample);
-
-     public:
-      explicit executor(const layer_io& io)
-          : io_(io),
-            // logits (rows, V) = x (rows, D) · E^T, E stored (V, stride)
-            forward_(*io.context, {rows, vocab, dim, false, true, 0, stride}, false),
-            // d_E (V, D) = d_logits^T (V, rows) · x (rows, D)
-            table_grad_(*io.context, {vocab, dim, rows, true, false, 0, 0, stride}, false),
-            // d_x (rows, D) = d_logits (rows, V) · E (V, D)
-            input_grad_(*io.context, {rows, dim, vocab, false, false, 0, stride}, false) {}
-
-      std::size_t scratchpad_bytes() const {
-        return std::max({forward_.scratchpad_bytes(), table_grad_.scratchpad_bytes(), input_grad_.scratchpad_bytes()});
-      }
-      void bind(std::byte* scratchpad) {
-        forward_.bind(io_.in, io_.tied_params, nullptr, io_.out, scratchpad);
-        table_grad_.bind(io_.d_out, io_.in, nullptr, io_.tied_grads, scratchpad);
-        if (io_.d_in) input_grad_.bind(io_.d_out, io_.tied_params, nullptr, io_.d_in, scratchpad);
-      }
-      void forward() { forward_.run(); }
-      void backward() {
-        table_grad_.run();
-        if (io_.d_in) input_grad_.run();
-      }
-
-     private:
-      layer_io io_;
-      backend::cpu::matmul forward_, table_grad_, input_grad_;
-    };
   };
 };
 

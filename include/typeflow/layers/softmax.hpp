@@ -5,19 +5,20 @@
 // Backward, in place on the gradient: d_in = y * (d_out - sum(d_out * y)).
 // For training, sparse_categorical_crossentropy{.from_logits = true} on the
 // logits is the faster and more accurate choice; softmax is here for models
-// that output probabilities.
+// that output probabilities. The executors: backend/cpu/softmax.hpp.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <string>
 
-#include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
 
-// One row of softmax, shared by the layer and the losses.
+// One row of softmax: what the CPU executor runs on each row
+// (backend/cpu/softmax.hpp), and the reference core/row_math.hpp's formulas
+// are checked against (row_math_test).
 inline void softmax_row(const float* in, float* out, int n) {
   float max = in[0];
   for (int j = 1; j < n; ++j) max = in[j] > max ? in[j] : max;
@@ -43,38 +44,6 @@ struct softmax {
     static constexpr std::size_t rows_per_sample = In::size / classes;
     static constexpr bool gradient_in_place = true;
     static constexpr std::size_t flops_per_sample = 3 * In::size;
-
-    template <int Batch>
-    class executor : public executor_defaults {
-      static constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch * rows_per_sample);
-
-     public:
-      explicit executor(const layer_io& io) : io_(io) {}
-
-      void forward() {
-        const float* in = io_.in;
-        float* out = io_.out;
-        backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
-          softmax_row(in + r * classes, out + r * classes, classes);
-        });
-      }
-
-      void backward() {
-        if (!io_.d_in) return;
-        const float* y = io_.out;
-        float* grad = io_.d_in;
-        backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
-          const float* yr = y + r * classes;
-          float* gr = grad + r * classes;
-          float dot = 0.f;
-          for (int j = 0; j < classes; ++j) dot += gr[j] * yr[j];
-          for (int j = 0; j < classes; ++j) gr[j] = yr[j] * (gr[j] - dot);
-        });
-      }
-
-     private:
-      layer_io io_;
-    };
   };
 };
 

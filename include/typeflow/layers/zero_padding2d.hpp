@@ -4,14 +4,13 @@
 //
 // Pad is a window (window.hpp): zero_padding2d<1> adds one row of zeros above
 // and below and one column left and right; zero_padding2d<{2, 1}> two rows
-// and one column. Backward crops the gradient back to (H, W, C).
+// and one column. Backward crops the gradient back to (H, W, C). The
+// executor: backend/cpu/zero_padding2d.hpp.
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <string>
 
-#include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/layers/pooling.hpp"
 #include "typeflow/layers/window.hpp"
@@ -40,47 +39,6 @@ struct zero_padding2d {
     static constexpr int out_w = in_w + 2 * pad_w;
     using input_shape = In;
     using output_shape = shape<out_h, out_w, channels>;
-
-    template <int Batch>
-    class executor : public executor_defaults {
-      static constexpr std::ptrdiff_t in_row = static_cast<std::ptrdiff_t>(in_w) * channels;
-      static constexpr std::ptrdiff_t out_row = static_cast<std::ptrdiff_t>(out_w) * channels;
-      static constexpr std::ptrdiff_t side = static_cast<std::ptrdiff_t>(pad_w) * channels;
-
-     public:
-      explicit executor(const layer_io& io) : io_(io) {}
-
-      void forward() {  // one output row at a time: zeros, or zeros | the input row | zeros
-        const float* in = io_.in;
-        float* out = io_.out;
-        backend::cpu::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * out_h, out_row, [=](std::ptrdiff_t r) {
-          const std::ptrdiff_t n = r / out_h, h = r % out_h - pad_h;
-          float* o = out + r * out_row;
-          if (h < 0 || h >= in_h) {
-            std::memset(o, 0, sizeof(float) * out_row);
-            return;
-          }
-          if constexpr (side > 0) {
-            std::memset(o, 0, sizeof(float) * side);
-            std::memset(o + side + in_row, 0, sizeof(float) * side);
-          }
-          std::memcpy(o + side, in + (n * in_h + h) * in_row, sizeof(float) * in_row);
-        });
-      }
-
-      void backward() {  // the gradient's interior
-        if (!io_.d_in) return;
-        float* d_in = io_.d_in;
-        const float* d_out = io_.d_out;
-        backend::cpu::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * in_h, in_row, [=](std::ptrdiff_t r) {
-          const std::ptrdiff_t n = r / in_h, h = r % in_h;
-          std::memcpy(d_in + r * in_row, d_out + (n * out_h + h + pad_h) * out_row + side, sizeof(float) * in_row);
-        });
-      }
-
-     private:
-      layer_io io_;
-    };
   };
 };
 

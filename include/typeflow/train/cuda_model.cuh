@@ -53,112 +53,6 @@
 
 namespace typeflow {
 
-namespace detail::cuda_model {
-
-namespace cu = backend::cuda;
-
-// A network's forward and backward for one batch size on the device: the
-// CUDA twin of step_program, on the same plan.
-template <class Net, int Batch>
-class device_program {
- public:
-  using plan = memory_plan<Net, Batch, 0>;
-  static constexpr int batch_size = Batch;
-  static constexpr std::size_t layer_count = Net::layer_count;
-  static constexpr std::size_t last = layer_count - 1;
-
-  device_program(std::byte* arena, std::size_t step_base, cublasLtHandle_t lt, std::byte* gemm_workspace,
-                 std::size_t gemm_workspace_bytes, const cu::step_values* step, std::uint64_t seed)
-      : base_(arena + step_base - plan::activations_offset),
-        params_(reinterpret_cast<float*>(arena + plan::parameters_offset)),
-        grads_(reinterpret_cast<float*>(arena + plan::gradients_offset)),
-        scratch_(scratch_bytes()),
-        executors_(make_executors(lt, gemm_workspace, gemm_workspace_bytes, step, seed,
-                                  std::make_index_sequence<layer_count>{})) {}
-
-  float* input() const { return activation(0); }
-  float* output() const { return activation(last); }
-  float* output_gradient() const { return gradient_of_output(last); }
-  float* row_losses() const { return reinterpret_cast<float*>(base_ + plan::loss_rows_offset); }
-
-  void forward(cudaStream_t s, bool training) {
-    std::apply([&](auto&... e) { (e.forward(s, training), ...); }, executors_);
-  }
-  void backward(cudaStream_t s) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (std::get<last - I>(executors_).backward(s), ...);
-    }(std::make_index_sequence<layer_count>{});
-  }
-  // Layer i's backward alone (mirrored<N> interleaves the replicas layer by
-  // layer, so that each gradient bucket's all-reduce starts early).
-  void backward_layer(std::size_t i, cudaStream_t s) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((I == i ? std::get<I>(executors_).backward(s) : void()), ...);
-    }(std::make_index_sequence<layer_count>{});
-  }
-
- private:
-  template <std::size_t I>
-  using executor_at = cu::cuda_executor<typename Net::template spec<I>, typename Net::template layer<I>, Batch>;
-
-  static std::size_t scratch_bytes() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      std::size_t most = 0;
-      ((most = std::max(most, executor_at<I>::scratch_bytes())), ...);
-      return most;
-    }(std::make_index_sequence<layer_count>{});
-  }
-
-  float* activation(std::size_t i) const { return reinterpret_cast<float*>(base_ + plan::activation_offset[i]); }
-  float* gradient_of_output(std::size_t i) const {
-    return reinterpret_cast<float*>(base_ + plan::gradient_buffer_offset[plan::output_gradient_buffer[i]]);
-  }
-
-  template <std::size_t I>
-  executor_at<I> make_executor(cublasLtHandle_t lt, std::byte* gemm_workspace, std::size_t gemm_workspace_bytes,
-                               const cu::step_values* step, std::uint64_t seed) {
-    static_assert(!Net::template layer<I>::uses_tied_embedding,
-                  "model<Net, Policy, Strategy, cuda>: tied embeddings have no CUDA executor yet");
-    cu::device_layer_io io;
-    io.in = I > 0 ? activation(I - 1) : nullptr;
-    io.out = activation(I);
-    io.d_in = (I > 0 && Net::needs_input_gradient[I]) ? gradient_of_output(I - 1) : nullptr;
-    io.d_out = gradient_of_output(I);
-    io.params = params_ + plan::layer_parameter_offset[I] / sizeof(float);
-    io.grads = grads_ + plan::layer_parameter_offset[I] / sizeof(float);
-    io.workspace = base_ + plan::workspace_offset[I];
-    io.scratch = scratch_.template data<std::byte>();
-    io.lt = lt;
-    io.gemm_workspace = gemm_workspace;
-    io.gemm_workspace_bytes = gemm_workspace_bytes;
-    io.step = step;
-    io.seed = seed;
-    return executor_at<I>(io);
-  }
-
-  template <class Sequence>
-  struct executors_of;
-  template <std::size_t... I>
-  struct executors_of<std::index_sequence<I...>> {
-    using type = std::tuple<executor_at<I>...>;
-  };
-  using executors_type = typename executors_of<std::make_index_sequence<layer_count>>::type;
-
-  template <std::size_t... I>
-  executors_type make_executors(cublasLtHandle_t lt, std::byte* gemm_workspace, std::size_t gemm_workspace_bytes,
-                                const cu::step_values* step, std::uint64_t seed, std::index_sequence<I...>) {
-    return executors_type{make_executor<I>(lt, gemm_workspace, gemm_workspace_bytes, step, seed)...};
-  }
-
-  std::byte* base_;
-  float* params_;
-  float* grads_;
-  cu::device_buffer scratch_;
-  executors_type executors_;
-};
-
-}  // namespace detail::cuda_model
-
 template <class Network, class Policy, class Strategy>
 class model<Network, Policy, Strategy, cuda> {
   using host_model = model<Network, Policy, single_device, cpu>;
@@ -179,7 +73,7 @@ class model<Network, Policy, Strategy, cuda> {
                 "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: batch_norm is not on tf::cuda yet");
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
-  using program_type = detail::cuda_model::device_program<Net, N>;
+  using program_type = step_program<Net, N, cuda>;
   static constexpr std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
   using step_state = optimizers::device::step_state;
 
@@ -250,7 +144,7 @@ class model<Network, Policy, Strategy, cuda> {
     initial_state_.iterations = 0;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
-      r->optimizer = backend::cuda::make_device_optimizer(optimizer, host_model::parameter_tensors_,
+      r->optimizer = backend::cuda::make_device_optimizer(optimizer, parameter_table<Net>::tensors(),
                                                           Net::parameter_floats, initial_state_);
       *r->state_mirror() = initial_state_;
       // Fresh optimizer state on the device: the arena is laid out again.
@@ -390,7 +284,8 @@ class model<Network, Policy, Strategy, cuda> {
       r.staging[0].copied.wait_on(r.compute.get());
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
                                           cudaMemcpyDeviceToDevice, r.compute.get()));
-      program.forward(r.compute.get(), false);
+      r.run.training = false;
+      program.forward();
       const std::size_t count = static_cast<std::size_t>(batch.valid) * per_sample;
       const std::size_t at = outputs.size();
       outputs.resize(at + count);
@@ -468,7 +363,7 @@ class model<Network, Policy, Strategy, cuda> {
   // One replica: a device and everything on it.
   struct replica {
     chosen_device device;
-    std::uint64_t seed;
+    run_state run;  // its seed draws its dropout masks; training says which pass is enqueued
     backend::cuda::stream compute, copy;
     backend::cuda::lt_handle lt;
     backend::cuda::device_buffer gemm_workspace{gemm_workspace_bytes};
@@ -487,7 +382,11 @@ class model<Network, Policy, Strategy, cuda> {
     std::array<backend::cuda::graph, 2> train_graph;
     std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce;
 
-    replica(int d, std::uint64_t replica_seed) : device(d), seed(replica_seed) {}
+    // What its executors share: everything is enqueued on the compute stream.
+    backend::cuda::context context{compute.get(), lt.get(), gemm_workspace.data(), gemm_workspace_bytes,
+                                   step_device.template data<backend::cuda::step_values>()};
+
+    replica(int d, std::uint64_t replica_seed) : device(d) { run.seed = replica_seed; }
 
     step_state* state_mirror() const { return state_host.template data<step_state>(); }
     float* results() const { return results_host.template data<float>(); }
@@ -525,9 +424,7 @@ class model<Network, Policy, Strategy, cuda> {
           arena = std::move(grown);
         }
         forget_program();
-        program = std::make_shared<program_type<N>>(arena.data(), step_base, lt.get(), gemm_workspace.data(),
-                                                    gemm_workspace_bytes,
-                                                    step_device.template data<backend::cuda::step_values>(), seed);
+        program = std::make_shared<program_type<N>>(arena.data(), step_base, context, run);
         // Two pinned host buffers and two device buffers, so batch k + 1
         // moves while step k runs.
         feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
@@ -636,7 +533,7 @@ class model<Network, Policy, Strategy, cuda> {
       if (!graph.captured())
         graph.capture(r.compute.get(), [&](cudaStream_t s) {
           record_forward_and_loss<Shard>(r, parity, s);
-          program_of<Shard>(r).backward(s);
+          program_of<Shard>(r).backward();
           record_update<Shard>(r, s);
         });
       graph.launch(r.compute.get());
@@ -652,7 +549,7 @@ class model<Network, Policy, Strategy, cuda> {
       for (std::size_t i = Net::layer_count; i-- > 0;) {
         for (auto& r : replicas_) {
           backend::cuda::device_guard on(r->device);
-          program_of<Shard>(*r).backward_layer(i, r->compute.get());
+          program_of<Shard>(*r).backward_layer(i);
         }
         all_reduce.gradient_ready(i, streams);
       }
@@ -674,7 +571,8 @@ class model<Network, Policy, Strategy, cuda> {
                                         cudaMemcpyHostToDevice, s));
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[static_cast<std::size_t>(parity)].device.data(),
                                         r.feature_bytes, cudaMemcpyDeviceToDevice, s));
-    program.forward(s, true);
+    r.run.training = true;
+    program.forward();  // on r.context.stream, which is s
     backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(parity), program.output_gradient(),
                                                 program.row_losses(), rows, classes, rows, 1.f, s);
     if constexpr (loss_scaling)
@@ -753,7 +651,8 @@ class model<Network, Policy, Strategy, cuda> {
       r.staging[0].copied.wait_on(r.compute.get());
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
                                           cudaMemcpyDeviceToDevice, r.compute.get()));
-      program.forward(r.compute.get(), false);
+      r.run.training = false;
+      program.forward();
       const int valid_rows = batch.valid * static_cast<int>(rows_per_sample);
       backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(0), program.output_gradient(),
                                                   program.row_losses(), rows, classes, valid_rows, 1.f,

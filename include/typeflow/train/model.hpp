@@ -49,8 +49,12 @@
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/compiled.hpp"
+#include "typeflow/train/generation.hpp"
 #include "typeflow/train/history.hpp"
+#include "typeflow/train/initialization.hpp"
+#include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/progress_bar.hpp"
+#include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 
 // The CPU's executors, where a CPU model sets up its step programs. A CUDA
@@ -70,15 +74,6 @@ struct fit_options {
   data::any_dataset<Element> validation_data{};
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
-};
-
-// generate's options. temperature divides the logits (0 picks the most
-// likely token every time); top_k > 0 samples among the k most likely only;
-// seed makes a run reproducible.
-struct generate_options {
-  float temperature = 1.f;
-  int top_k = 0;
-  std::uint64_t seed = 0;
 };
 
 // What evaluate returns: "loss" and each metric's name, with its value.
@@ -324,68 +319,16 @@ class model {
   }
 
   // Continues `prompt` (token ids) by n tokens sampled from the model, and
-  // returns the n new ids. It runs the network's decoder (the same specs
-  // bound for one position at a time): attention keeps keys and values in a
-  // cache, so each new token costs one position, not the whole sequence.
-  // The context is the input's length T (the block size): a prompt longer
-  // than T is cut to its last T tokens, and when the cache is full the last
-  // T / 2 tokens are fed again from position 0 and generation goes on (each
-  // token then sees between T / 2 and T tokens of context, and the cost stays
-  // about one position per token). Token ids outside the vocabulary, an empty
-  // prompt, a negative temperature or a top_k above the vocabulary are
-  // refused with std::invalid_argument before anything runs.
+  // returns the n new ids, through the network's decoder with its key/value
+  // caches (train/generation.hpp says how the context is kept).
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options = {}) {
     static_assert(std::is_same_v<typename Net::input_dtype, int32> && Net::input_shape_type::rank == 1,
                   "generate: the network must take a sequence of int32 token ids, typed_input<int32, T>");
     using decoder = typename Net::decoder;
     static_assert(decoder::parameter_floats == Net::parameter_floats,
                   "generate: a layer's parameters depend on the sequence length, so the decoder cannot share them");
-    constexpr int block = Net::input_shape_type::template dim<0>;
-    constexpr int vocab = classes;
-    if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
-    if (n < 0) throw std::invalid_argument("generate: n, the number of tokens to generate, is negative");
-    if (!(options.temperature >= 0.f))
-      throw std::invalid_argument("generate: temperature must be 0 (greedy) or positive; got " +
-                                  std::to_string(options.temperature));
-    if (options.top_k < 0 || options.top_k > vocab)
-      throw std::invalid_argument("generate: top_k must lie in [0, " + std::to_string(vocab) + "]; got " +
-                                  std::to_string(options.top_k));
-    for (std::size_t i = 0; i < prompt.size(); ++i)
-      if (prompt[i] < 0 || prompt[i] >= vocab)
-        throw std::invalid_argument("generate: prompt token " + std::to_string(prompt[i]) + " at position " +
-                                    std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-
-    auto& program = decoder_program();
-    run_.training = false;
-    std::vector<std::int32_t> context(prompt.size() > static_cast<std::size_t>(block) ? prompt.end() - block : prompt.begin(),
-                                      prompt.end());
-    context.reserve(static_cast<std::size_t>(block));
-    auto feed = [&](std::int32_t token, int position) {
-      std::memcpy(program.input(), &token, sizeof token);
-      run_.position = position;
-      program.forward();
-    };
-    for (std::size_t i = 0; i < context.size(); ++i) feed(context[i], static_cast<int>(i));
-
-    std::vector<std::int32_t> generated;
-    generated.reserve(static_cast<std::size_t>(n));
-    std::vector<float> probabilities(vocab);
-    std::vector<int> order(vocab);
-    const random_stream rng{mix_seed(options.seed, 0x6E7u), 0};
-    for (int step = 0; step < n; ++step) {
-      const std::int32_t next = sample_token(program.output(), probabilities, order, options,
-                                             rng.uniform(static_cast<std::uint64_t>(step)));
-      generated.push_back(next);
-      if (step + 1 == n) break;
-      if (static_cast<int>(context.size()) == block) {  // the cache is full: keep the last half
-        context.erase(context.begin(), context.end() - block / 2);
-        for (std::size_t i = 0; i < context.size(); ++i) feed(context[i], static_cast<int>(i));
-      }
-      context.push_back(next);
-      feed(next, static_cast<int>(context.size()) - 1);
-    }
-    run_.position = 0;
-    return generated;
+    check_generate_arguments(prompt, n, options, classes);
+    return generate_tokens<Net::input_shape_type::template dim<0>, classes>(decoder_program(), run_, prompt, n, options);
   }
 
   // Parameters as safetensors, named "layers.<position>.<name>" with their
@@ -568,31 +511,6 @@ class model {
     return *std::static_pointer_cast<step_program<typename Net::decoder, 1, cpu>>(program_);
   }
 
-  // One token drawn from logits: greedy at temperature 0, else from the
-  // softmax of logits / temperature over the top_k most likely (all if 0).
-  static std::int32_t sample_token(const float* logits, std::vector<float>& probabilities, std::vector<int>& order,
-                                   const generate_options& options, float uniform) {
-    const int vocab = static_cast<int>(probabilities.size());
-    if (options.temperature == 0.f)
-      return static_cast<std::int32_t>(std::max_element(logits, logits + vocab) - logits);
-    for (int i = 0; i < vocab; ++i) order[i] = i;
-    int keep = options.top_k > 0 ? options.top_k : vocab;
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                      [&](int a, int b) { return logits[a] > logits[b]; });
-    const float top = logits[order[0]];
-    double total = 0;
-    for (int j = 0; j < keep; ++j) {
-      probabilities[j] = std::exp((logits[order[j]] - top) / options.temperature);
-      total += probabilities[j];
-    }
-    double target = uniform * total, running = 0;
-    for (int j = 0; j < keep; ++j) {
-      running += probabilities[j];
-      if (target < running) return order[j];
-    }
-    return order[keep - 1];
-  }
-
   // A secondary replica's program: its arena holds weights, gradients (no
   // optimizer slots) and its own activations.
   template <int N>
@@ -703,14 +621,14 @@ class model {
     replicas_stale_ = false;
   }
   void broadcast_after_update() {
-    for (const auto& t : parameter_tensors_) {
+    for (const auto& t : parameter_tensors()) {
       if (t.kind == param_kind::statistic) continue;
       for (auto& replica : secondaries_)
         std::memcpy(replica->memory.template at<float>(0) + t.offset, memory_.template at<float>(0) + t.offset,
                     t.size * sizeof(float));
     }
     if constexpr (replica_count > 1 && Strategy::sync_statistics) {
-      for (const auto& t : parameter_tensors_) {
+      for (const auto& t : parameter_tensors()) {
         if (t.kind != param_kind::statistic) continue;
         float* primary = memory_.template at<float>(0) + t.offset;
         for (std::size_t i = 0; i < t.size; ++i) {
@@ -756,7 +674,7 @@ class model {
       slot_pointers[s] = memory_.template at<float>(memory_plan<Net, 0, 0>::slot_offset(s));
     arguments.slots = slot_pointers;
     arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
-    arguments.tensors = parameter_tensors_;
+    arguments.tensors = parameter_tensors();
     arguments.iteration = iterations_ + 1;
     if (optimizer_->update(arguments)) {
       ++iterations_;
@@ -842,130 +760,28 @@ class model {
     return validation_names_.back();
   }
 
-  // One parameter tensor: where it is stored and how.
-  struct parameter_info {
-    std::string name;                 // "layers.1.kernel"
-    std::vector<std::int64_t> shape;  // (784, 512)
-    std::size_t offset = 0;           // bytes from the start of the parameter region
-    std::size_t size = 0;             // elements
-    std::size_t row_length = 1, row_stride = 1;
-    std::size_t stored_floats = 0;    // with the rows' padding
-    param_kind kind = param_kind::kernel;
-  };
-
-  // f(parameter_info) for every parameter, in arena order.
-  template <class F>
-  static void for_each_parameter(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (parameters_of_layer<I>(f), ...);
-    }(std::make_index_sequence<Net::layer_count>{});
-  }
-  template <std::size_t I, class F>
-  static void parameters_of_layer(F& f) {
-    using params = typename Net::template layer<I>::params;
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (
-          [&] {
-            using param_type = std::tuple_element_t<P, typename params::tuple>;
-            using layer = typename Net::template layer<I>;
-            f(parameter_info{(layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".") +
-                                 std::string(param_type::name),
-                             shape_vector<typename param_type::shape_type>(),
-                             memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
-                             param_type::size, param_type::row_length, param_type::row_stride,
-                             param_type::stored_floats, param_type::kind});
-          }(),
-          ...);
-    }(std::make_index_sequence<params::count>{});
-  }
-  static parameter_info find_parameter(std::string_view name) {
-    std::optional<parameter_info> found;
-    for_each_parameter([&](const parameter_info& p) {
-      if (p.name == name) found = p;
-    });
-    if (!found) throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
-    return *found;
-  }
+  using parameters = parameter_table<Net>;
+  using parameter_info = typename parameters::info;
+  static void for_each_parameter(auto&& f) { parameters::for_each(f); }
+  static parameter_info find_parameter(std::string_view name) { return parameters::find(name); }
   // A parameter's elements in the region starting `region` bytes into the arena.
   strided_view<float> stored(const parameter_info& p, std::size_t region) const {
     float* data = const_cast<float*>(memory_.template at<float>(region + p.offset));
     return {data, p.size, p.row_length, p.row_stride};
   }
-  template <class Shape>
-  static std::vector<std::int64_t> shape_vector() {
-    return std::vector<std::int64_t>(Shape::dims.begin(), Shape::dims.end());
-  }
 
   // Whether any parameter carries a regularizer (decided at compile time).
   static constexpr bool has_regularizers = Net::has_regularizers;
-
   // The regularizers' total penalty; with add_gradients, also adds each
   // penalty's gradient to its parameter's gradient.
   double apply_regularizers(bool add_gradients) {
-    double total = 0;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (regularize_layer<I>(add_gradients, total), ...);
-    }(std::make_index_sequence<Net::layer_count>{});
-    return total;
+    return typeflow::apply_regularizers<Net>(memory_.data(), add_gradients);
   }
-  template <std::size_t I>
-  void regularize_layer(bool add_gradients, double& total) {
-    using params = typename Net::template layer<I>::params;
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (
-          [&] {
-            using param_type = std::tuple_element_t<P, typename params::tuple>;
-            using regularizer = typename param_type::regularizer;
-            if constexpr (regularizer::active) {
-              const std::size_t offset =
-                  memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float);
-              const float* w = memory_.template at<float>(offset);
-              total += add_gradients
-                           ? regularizer::apply(
-                                 w, memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset + offset),
-                                 param_type::stored_floats)
-                           : regularizer::penalty(w, param_type::stored_floats);
-            }
-          }(),
-          ...);
-    }(std::make_index_sequence<params::count>{});
-  }
-
-  void initialize_parameters() {
-    std::uint64_t salt = 0;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (initialize_layer<I>(salt), ...);
-    }(std::make_index_sequence<Net::layer_count>{});
-  }
-  template <std::size_t I>
-  void initialize_layer(std::uint64_t& salt) {
-    using params = typename Net::template layer<I>::params;
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (
-          [&] {
-            using param_type = std::tuple_element_t<P, typename params::tuple>;
-            std::vector<float> values(param_type::size);
-            param_type::initializer::template fill<typename param_type::shape_type>(
-                values.data(), random_stream{mix_seed(seed_, ++salt), 0});
-            float* rows = memory_.template at<float>(memory_plan<Net, 0, 0>::layer_parameter_offset[I] +
-                                                     params::template offset<P> * sizeof(float));
-            for (std::size_t r = 0; r < param_type::rows; ++r)
-              std::memcpy(rows + r * param_type::row_stride, values.data() + r * param_type::row_length,
-                          param_type::row_length * sizeof(float));
-          }(),
-          ...);
-    }(std::make_index_sequence<params::count>{});
-  }
+  void initialize_parameters() { typeflow::initialize_parameters<Net>(memory_.data(), seed_); }
 
   static constexpr int max_slots = 8;
   // Every parameter tensor's place and kind, in arena order (floats).
-  static inline const std::vector<optimizers::parameter_tensor> parameter_tensors_ = [] {
-    std::vector<optimizers::parameter_tensor> tensors;
-    for_each_parameter([&](const parameter_info& p) {
-      tensors.push_back({p.offset / sizeof(float), p.stored_floats, p.kind});
-    });
-    return tensors;
-  }();
+  static const std::vector<optimizers::parameter_tensor>& parameter_tensors() { return parameters::tensors(); }
 
   [[no_unique_address]] Strategy strategy_{};  // declared first: multi_worker starts MPI before anything else
   std::uint64_t seed_;

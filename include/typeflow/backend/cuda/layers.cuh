@@ -1,12 +1,16 @@
-// The layers' CUDA executors: for each bound layer of a network, what its
-// forward and backward enqueue on a stream. They work on the same memory
-// plan as the CPU executors (the same offsets, in a device arena), so a
-// weights region is the same bytes on both devices.
+// The layers' CUDA executors: executor<Spec, Layer, Batch, cuda>
+// (model/executor.hpp), for each bound layer what its forward and backward
+// enqueue on the context's stream. They work on the same memory plan as the
+// CPU executors (the same offsets, in a device arena), so a weights region
+// is the same bytes on both devices. The input, views and combinators run
+// through the device-independent executors (model/executor.hpp,
+// model/chain_executor.hpp); a layer with no executor here is the primary
+// template's compile error, naming the layer and the device.
 //
-// An executor is chosen by the layer's spec; a spec without one is a compile
-// error naming the layer (cuda_executor's primary template). Everything an
-// executor does is enqueued on the stream it is given, so a whole step can be
-// captured as one CUDA graph: nothing is allocated, nothing waits for the host.
+// Everything an executor does is enqueued on io.context->stream, so a whole
+// step can be captured as one CUDA graph: nothing is allocated, nothing
+// waits for the host. A kernel's own scratch is the step program's
+// scratchpad (scratchpad_bytes(), bind()).
 #pragma once
 
 #include <cublasLt.h>
@@ -16,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "typeflow/backend/cuda/context.cuh"
 #include "typeflow/backend/cuda/elementwise.cuh"
 #include "typeflow/backend/cuda/layer_norm.cuh"
 #include "typeflow/backend/cuda/matmul.hpp"
@@ -23,71 +28,12 @@
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
-#include "typeflow/layers/input.hpp"
 #include "typeflow/layers/layer_norm.hpp"
-#include "typeflow/layers/reshape.hpp"
+#include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
 
-namespace typeflow::backend::cuda {
-
-// Values that change every step and that a captured graph reads from device
-// memory (the host refreshes them before each launch).
-struct step_values {
-  std::uint64_t step = 0;  // the training step, as run_state::step on the CPU (dropout's counter)
-};
-
-// The fixed device addresses one layer works on (layer_io's CUDA twin).
-struct device_layer_io {
-  const float* in = nullptr;
-  float* out = nullptr;
-  float* d_in = nullptr;  // nullptr: no input gradient wanted
-  const float* d_out = nullptr;
-  float* params = nullptr;
-  float* grads = nullptr;
-  std::byte* workspace = nullptr;  // kept from forward to backward
-  std::byte* scratch = nullptr;    // one call's scratch, shared by every layer
-  cublasLtHandle_t lt = nullptr;
-  std::byte* gemm_workspace = nullptr;
-  std::size_t gemm_workspace_bytes = 0;
-  const step_values* step = nullptr;  // device memory
-  std::uint64_t seed = 0;             // the replica's seed (run_state::seed on the CPU)
-};
-
-template <class T>
-struct always_false : std::false_type {};
-
-// The primary template: no CUDA executor for this spec yet.
-template <class Spec, class Layer, int Batch>
-class cuda_executor {
-  static_assert(always_false<Spec>::value,
-                "model<Net, Policy, Strategy, cuda>: this layer has no CUDA executor yet. On tf::cuda a network "
-                "may use dense, relu, tanh, sigmoid, gelu, gelu_tanh, dropout, layer_norm (with center and "
-                "scale), flatten and reshape, under float32, mixed_bfloat16 or mixed_float16; see "
-                "docs/architecture.md, \"CUDA backend\"");
-};
-
-// Layers whose work is none on either pass: the input, and views.
-struct no_work_executor {
-  explicit no_work_executor(const device_layer_io&) {}
-  static constexpr std::size_t scratch_bytes() { return 0; }
-  void forward(cudaStream_t, bool) {}
-  void backward(cudaStream_t) {}
-};
-
-template <class DType, int... Dims, class Layer, int Batch>
-class cuda_executor<typed_input<DType, Dims...>, Layer, Batch> : public no_work_executor {
-  using no_work_executor::no_work_executor;
-};
-template <class Layer, int Batch>
-class cuda_executor<flatten, Layer, Batch> : public no_work_executor {
-  using no_work_executor::no_work_executor;
-};
-template <int... Dims, class Layer, int Batch>
-class cuda_executor<reshape<Dims...>, Layer, Batch> : public no_work_executor {
-  using no_work_executor::no_work_executor;
-};
-
-namespace layers_detail {
+namespace typeflow {
+namespace backend::cuda::layers_detail {
 
 // Sub-buffers of an executor's scratch start 256 bytes apart (cuBLASLt's
 // operands, float4 / uint4 element-wise access).
@@ -108,7 +54,9 @@ struct activation_rounded_fn {
   __device__ float operator()(float x) const { return round_fn<T>{}(Functor{}.value(x)); }
 };
 
-}  // namespace layers_detail
+}  // namespace backend::cuda::layers_detail
+
+namespace backend::cuda {
 
 // dense: one cuBLASLt product forward with the bias (and a following relu)
 // as its epilogue; backward, the kernel gradient with the bias gradient as
@@ -126,8 +74,8 @@ struct activation_rounded_fn {
 // to 16 bits as well; here that would cost a pass each and only add error,
 // and the incoming gradient, which is rounded, is what limits the loss scale.
 // A float32 dense reading a 16-bit input converts it to float32 in scratch.
-template <int Units, class... Options, class Layer, int Batch>
-class cuda_executor<dense<Units, Options...>, Layer, Batch> {
+template <class Layer, int Batch>
+class dense_executor {
   using params = typename Layer::params;
   using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
   using input_value = typename Layer::input_dtype::value_type;
@@ -148,7 +96,7 @@ class cuda_executor<dense<Units, Options...>, Layer, Batch> {
   static_assert(!low_precision || dtype_flow_of<relu> == dtype_flow::passes_through,
                 "model<Net, mixed policy, Strategy, cuda>: nvcc does not match dtype_flow_of<activation<Functor, "
                 "Epilogue, Name>> (layers/activations.hpp; it cannot deduce the fixed_string parameter): "
-                "specialize it on the spec's functor instead, as cuda_executor does");
+                "specialize it on the spec's functor instead, as the executors do");
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
   static constexpr int units = Layer::units;
   static constexpr int in_features = Layer::in_features;
@@ -171,32 +119,34 @@ class cuda_executor<dense<Units, Options...>, Layer, Batch> {
   static constexpr std::size_t tail_offset = kernel_bytes + input_bytes;
 
  public:
-  explicit cuda_executor(const device_layer_io& io)
+  explicit dense_executor(const layer_io<typeflow::cuda>& io)
       : io_(io),
-        forward_(io.lt, {rows, units, in_features, false, false, 0, kernel_stride}, product_precision,
+        forward_(io.context->lt, {rows, units, in_features, false, false, 0, kernel_stride}, product_precision,
                  fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, stores_16bit, false,
-                 io.gemm_workspace_bytes),
+                 io.context->gemm_workspace_bytes),
         // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), and d_bias its column sums
-        kernel_grad_(io.lt, {in_features, units, rows, true, false, 0, 0, kernel_stride}, product_precision,
-                     gemm_epilogue::bias_gradient, false, false, io.gemm_workspace_bytes),
+        kernel_grad_(io.context->lt, {in_features, units, rows, true, false, 0, 0, kernel_stride}, product_precision,
+                     gemm_epilogue::bias_gradient, false, false, io.context->gemm_workspace_bytes),
         // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-        input_grad_(io.lt, {rows, in_features, units, false, true, 0, kernel_stride}, product_precision,
-                    gemm_epilogue::none, false, false, io.gemm_workspace_bytes) {}
+        input_grad_(io.context->lt, {rows, in_features, units, false, true, 0, kernel_stride}, product_precision,
+                    gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {}
 
-  static constexpr std::size_t scratch_bytes() {
+  std::size_t scratchpad_bytes() const {
     return kernel_bytes + input_bytes + (bias_bytes > gradient_bytes ? bias_bytes : gradient_bytes);
   }
+  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
 
-  void forward(cudaStream_t s, bool) {
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
     if constexpr (!low_precision) {
-      forward_.run(input(s), kernel(), io_.out, bias(), nullptr, io_.gemm_workspace, s);
+      forward_.run(input(s), kernel(), io_.out, bias(), nullptr, io_.context->gemm_workspace, s);
     } else {
-      auto* b = reinterpret_cast<output_value*>(io_.scratch + tail_offset);
+      auto* b = reinterpret_cast<output_value*>(scratch_ + tail_offset);
       if constexpr (stores_16bit)
         map(bias(), b, units, identity_fn{}, s);
       else  // a float32 bias holding the compute dtype's values (the CPU rounds it too)
         map(bias(), b, units, layers_detail::round_fn<compute_value>{}, s);
-      forward_.run(input(s), kernel_16bit(s), io_.out, b, nullptr, io_.gemm_workspace, s);
+      forward_.run(input(s), kernel_16bit(s), io_.out, b, nullptr, io_.context->gemm_workspace, s);
     }
     // cuBLASLt has relu and gelu epilogues, not tanh or sigmoid: those run
     // in place right after (the activation layer's forward is a no-op). On a
@@ -214,18 +164,19 @@ class cuda_executor<dense<Units, Options...>, Layer, Batch> {
     }
   }
 
-  void backward(cudaStream_t s) {
+  void backward() {
+    const cudaStream_t s = io_.context->stream;
     float* d_kernel = io_.grads + params::template offset<0>;
     float* d_bias = io_.grads + params::template offset<1>;
     if constexpr (!low_precision) {
-      kernel_grad_.run(input(s), io_.d_out, d_kernel, nullptr, d_bias, io_.gemm_workspace, s);
-      if (io_.d_in) input_grad_.run(io_.d_out, kernel(), io_.d_in, nullptr, nullptr, io_.gemm_workspace, s);
+      kernel_grad_.run(input(s), io_.d_out, d_kernel, nullptr, d_bias, io_.context->gemm_workspace, s);
+      if (io_.d_in) input_grad_.run(io_.d_out, kernel(), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
     } else {
-      auto* d_out = reinterpret_cast<compute_value*>(io_.scratch + tail_offset);
+      auto* d_out = reinterpret_cast<compute_value*>(scratch_ + tail_offset);
       to_16bit(io_.d_out, d_out, output_count, s);
-      kernel_grad_.run(input(s), d_out, d_kernel, nullptr, d_bias, io_.gemm_workspace, s);
+      kernel_grad_.run(input(s), d_out, d_kernel, nullptr, d_bias, io_.context->gemm_workspace, s);
       // The kernel only for d_in (dW does not read it).
-      if (io_.d_in) input_grad_.run(d_out, kernel_16bit(s), io_.d_in, nullptr, nullptr, io_.gemm_workspace, s);
+      if (io_.d_in) input_grad_.run(d_out, kernel_16bit(s), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
     }
   }
 
@@ -238,19 +189,20 @@ class cuda_executor<dense<Units, Options...>, Layer, Batch> {
     if constexpr (!converts_input) {
       return io_.in;
     } else {
-      auto* converted = reinterpret_cast<compute_value*>(io_.scratch + input_offset);
+      auto* converted = reinterpret_cast<compute_value*>(scratch_ + input_offset);
       map(reinterpret_cast<const input_value*>(io_.in), converted, input_count, identity_fn{}, s);
       return converted;
     }
   }
   // The master kernel in 16 bits, with its padded rows (the product's ldb is kernel_stride).
   const compute_value* kernel_16bit(cudaStream_t s) const {
-    auto* k = reinterpret_cast<compute_value*>(io_.scratch);
+    auto* k = reinterpret_cast<compute_value*>(scratch_);
     to_16bit(kernel(), k, Layer::kernel_floats, s);
     return k;
   }
 
-  device_layer_io io_;
+  layer_io<typeflow::cuda> io_;
+  std::byte* scratch_ = nullptr;  // the step program's scratchpad
   matmul forward_, kernel_grad_, input_grad_;
 };
 
@@ -260,21 +212,20 @@ class cuda_executor<dense<Units, Options...>, Layer, Batch> {
 // are float32.
 // (Matched by the spec's functor: nvcc 13 does not deduce activation's
 // fixed_string parameter in a partial specialization.)
-template <class Spec, class Layer, int Batch>
-  requires requires { typename Spec::functor; }
-class cuda_executor<Spec, Layer, Batch> {
-  using Functor = typename Spec::functor;
+template <class Functor, class Layer, int Batch>
+class activation_executor : public executor_defaults {
   using value = typename Layer::output_dtype::value_type;  // float, f16 or bf16
   static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
 
  public:
-  explicit cuda_executor(const device_layer_io& io) : io_(io) {}
-  static constexpr std::size_t scratch_bytes() { return 0; }
+  explicit activation_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
 
-  void forward(cudaStream_t s, bool) {
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
     if constexpr (!Layer::fused) activation_forward<Functor>(in(), out(), count, s);
   }
-  void backward(cudaStream_t s) {
+  void backward() {
+    const cudaStream_t s = io_.context->stream;
     if (!io_.d_in) return;
     const value* from = Functor::derivative_from_output ? out() : in();
     activation_backward<Functor>(from, io_.d_out, io_.d_in, count, s);
@@ -284,22 +235,23 @@ class cuda_executor<Spec, Layer, Batch> {
   const value* in() const { return reinterpret_cast<const value*>(io_.in); }
   value* out() const { return reinterpret_cast<value*>(io_.out); }
 
-  device_layer_io io_;
+  layer_io<typeflow::cuda> io_;
 };
 
 // dropout: the CPU layer's mask, bit for bit, drawn again in backward from
 // the counter-based generator instead of being stored. Values in their
 // stored type, gradients float32.
 template <float Rate, class Layer, int Batch>
-class cuda_executor<dropout<Rate>, Layer, Batch> {
+class dropout_executor : public executor_defaults {
   using value = typename Layer::output_dtype::value_type;  // float, f16 or bf16
   static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
 
  public:
-  explicit cuda_executor(const device_layer_io& io) : io_(io), seed_(mix_seed(io.seed, Layer::mask_salt)) {}
-  static constexpr std::size_t scratch_bytes() { return 0; }
+  explicit dropout_executor(const layer_io<typeflow::cuda>& io) : io_(io), seed_(mix_seed(io.run->seed, Layer::mask_salt)) {}
 
-  void forward(cudaStream_t s, bool training) {
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
+    const bool training = io_.run->training;
     const auto* in = reinterpret_cast<const value*>(io_.in);
     auto* out = reinterpret_cast<value*>(io_.out);
     training_ = training && Rate > 0.f;
@@ -308,28 +260,29 @@ class cuda_executor<dropout<Rate>, Layer, Batch> {
         TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(out, in, count * sizeof(value), cudaMemcpyDeviceToDevice, s));
       return;
     }
-    dropout_forward(in, out, count, Rate, seed_, &io_.step->step, s);
+    dropout_forward(in, out, count, Rate, seed_, &io_.context->step->step, s);
   }
-  void backward(cudaStream_t s) {
+  void backward() {
+    const cudaStream_t s = io_.context->stream;
     if (!io_.d_in) return;
     if (!training_) {
       if (io_.d_in != io_.d_out)
         TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(io_.d_in, io_.d_out, count * sizeof(float), cudaMemcpyDeviceToDevice, s));
       return;
     }
-    dropout_backward(io_.d_out, io_.d_in, count, Rate, seed_, &io_.step->step, s);
+    dropout_backward(io_.d_out, io_.d_in, count, Rate, seed_, &io_.context->step->step, s);
   }
 
  private:
-  device_layer_io io_;
+  layer_io<typeflow::cuda> io_;
   std::uint64_t seed_;  // the mask's key, fixed per replica; the step comes from device memory
   bool training_ = false;
 };
 
 // layer_norm: fused forward and backward kernels; each row's mean and
 // 1 / std kept in the workspace.
-template <layer_norm_options Options, class... Initializers, class Layer, int Batch>
-class cuda_executor<layer_normalization<Options, Initializers...>, Layer, Batch> {
+template <layer_norm_options Options, class Layer, int Batch>
+class layer_norm_executor {
   static_assert(Options.center && Options.scale,
                 "model<Net, Policy, Strategy, cuda>: layer_norm on tf::cuda needs center and scale (the defaults)");
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
@@ -337,16 +290,19 @@ class cuda_executor<layer_normalization<Options, Initializers...>, Layer, Batch>
   using params = typename Layer::params;
 
  public:
-  explicit cuda_executor(const device_layer_io& io) : io_(io) {}
-  static std::size_t scratch_bytes() { return layer_norm_backward_workspace_bytes(rows, features); }
+  explicit layer_norm_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+  std::size_t scratchpad_bytes() const { return layer_norm_backward_workspace_bytes(rows, features); }
+  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
 
-  void forward(cudaStream_t s, bool) {
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
     layer_norm_forward(io_.in, gamma(), beta(), io_.out, mean(), inverse_std(), rows, features, Options.epsilon, s);
   }
-  void backward(cudaStream_t s) {
+  void backward() {
+    const cudaStream_t s = io_.context->stream;
     layer_norm_backward(io_.in, gamma(), mean(), inverse_std(), io_.d_out, io_.d_in, io_.grads + params::template offset<0>,
                         io_.grads + params::template offset<1>, rows, features, s,
-                        reinterpret_cast<float*>(io_.scratch));
+                        reinterpret_cast<float*>(scratch_));
   }
 
  private:
@@ -355,7 +311,37 @@ class cuda_executor<layer_normalization<Options, Initializers...>, Layer, Batch>
   float* mean() const { return reinterpret_cast<float*>(io_.workspace); }
   float* inverse_std() const { return reinterpret_cast<float*>(io_.workspace) + rows; }
 
-  device_layer_io io_;
+  layer_io<typeflow::cuda> io_;
+  std::byte* scratch_ = nullptr;  // the step program's scratchpad
 };
 
-}  // namespace typeflow::backend::cuda
+}  // namespace backend::cuda
+
+// Which specs run on tf::cuda, and through which executor above.
+template <int Units, class... Options, class Layer, int Batch>
+class executor<dense<Units, Options...>, Layer, Batch, cuda> : public backend::cuda::dense_executor<Layer, Batch> {
+ public:
+  using backend::cuda::dense_executor<Layer, Batch>::dense_executor;
+};
+// (Matched by the spec's functor: nvcc 13 does not deduce activation's
+// fixed_string parameter in a partial specialization.)
+template <class Spec, class Layer, int Batch>
+  requires requires { typename Spec::functor; }
+class executor<Spec, Layer, Batch, cuda>
+    : public backend::cuda::activation_executor<typename Spec::functor, Layer, Batch> {
+ public:
+  using backend::cuda::activation_executor<typename Spec::functor, Layer, Batch>::activation_executor;
+};
+template <float Rate, class Layer, int Batch>
+class executor<dropout<Rate>, Layer, Batch, cuda> : public backend::cuda::dropout_executor<Rate, Layer, Batch> {
+ public:
+  using backend::cuda::dropout_executor<Rate, Layer, Batch>::dropout_executor;
+};
+template <layer_norm_options Options, class... Initializers, class Layer, int Batch>
+class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cuda>
+    : public backend::cuda::layer_norm_executor<Options, Layer, Batch> {
+ public:
+  using backend::cuda::layer_norm_executor<Options, Layer, Batch>::layer_norm_executor;
+};
+
+}  // namespace typeflow

@@ -1,0 +1,627 @@
+// causal_self_attention on the CPU (the layer: layers/attention.hpp).
+//
+// The two projections are oneDNN matmuls over all B*T rows, as dense's. The
+// per-head products run in a loop over (sample, head) split over the cores,
+// each head on its own: its k and v are packed into panels of 16 columns, and
+// its rows go through the products 6 at a time with a register-blocked AVX2
+// kernel (6 x 16 accumulators), so that a row block of scores is softmaxed and
+// multiplied by v while it is still in L1, and the masked upper triangle is
+// skipped (no product reads or computes it). The alternative, batched oneDNN
+// matmuls over strided (B, H, T, hd) views of qkv (gemm:jit, the only
+// non-reference implementation oneDNN 2.6 has for them on AVX2), computes the
+// full square and leaves the softmax to separate passes over (B, H, T, T) in
+// memory: its two forward products alone took 46 ms at D=384, H=6, T=256,
+// batch 64 on 2 cores, against about 30 ms for this whole per-head forward,
+// softmax included, and about as long as it at D=128, H=4, T=64, batch 12
+// (0.18 ms; bench/attention_bench.cpp).
+//
+// The workspace and scratch are laid out by the bound layer's facts
+// (layers/attention.hpp, "Memory."). Only the lower triangle of P and d_S,
+// plus a band of zeros up to 5 columns past the diagonal, is ever written or
+// read.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/cpu/matmul.hpp"
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/random.hpp"
+#include "typeflow/layers/attention.hpp"
+#include "typeflow/model/executor.hpp"
+
+namespace typeflow {
+
+namespace detail {
+
+// The per-head kernels: row blocks of 6 against panels of 16 columns.
+namespace attention_kernels {
+
+inline constexpr int tile_rows = 6;
+inline constexpr int panel_width = 16;
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Transposes the 8 x 8 block in r[0..8).
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+#endif
+
+// Packs the (k x n) matrix whose element (p, j) is src[p * row + j] as
+// panels of 16 columns, one after another: panel c holds columns 16c..16c+15
+// as k rows of 16 floats (zeros past n), so a product streams it in order.
+inline void pack_panels(int k, int n, const float* src, std::ptrdiff_t row, float* out) {
+  for (int c0 = 0; c0 < n; c0 += panel_width) {
+    float* panel = out + static_cast<std::ptrdiff_t>(c0) * k;
+    const int w = std::min(panel_width, n - c0);
+    for (int p = 0; p < k; ++p) {
+      float* dst = panel + static_cast<std::ptrdiff_t>(p) * panel_width;
+      const float* s = src + p * row + c0;
+      if (w == panel_width) {
+        std::memcpy(dst, s, sizeof(float) * panel_width);
+      } else {
+        for (int j = 0; j < w; ++j) dst[j] = s[j];
+        for (int j = w; j < panel_width; ++j) dst[j] = 0.f;
+      }
+    }
+  }
+}
+
+// The same for the transpose: packs the (k x n) matrix whose element (p, j)
+// is src[j * col + p] (the transpose of n rows of k floats, row stride col).
+inline void pack_panels_transposed(int k, int n, const float* src, std::ptrdiff_t col, float* out) {
+  for (int c0 = 0; c0 < n; c0 += panel_width) {
+    float* panel = out + static_cast<std::ptrdiff_t>(c0) * k;
+    const int w = std::min(panel_width, n - c0);
+#if defined(__AVX2__) && defined(__FMA__)
+    if (w == panel_width && k % 8 == 0) {
+      for (int p0 = 0; p0 < k; p0 += 8)
+        for (int half = 0; half < panel_width; half += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (c0 + half + i) * col + p0);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (p0 + i) * panel_width + half, r[i]);
+        }
+      continue;
+    }
+#endif
+    for (int j = 0; j < w; ++j) {
+      const float* s = src + (c0 + j) * col;
+      for (int p = 0; p < k; ++p) panel[p * panel_width + j] = s[p];
+    }
+    for (int p = 0; p < k; ++p)
+      for (int j = w; j < panel_width; ++j) panel[p * panel_width + j] = 0.f;
+  }
+}
+
+// C (MR x cols) = A (MR x k) · panel (k x 16), cols <= 16 of them stored.
+// A's element (r, p) is a[r * a_row + p * a_col], so A may be a transpose.
+template <int MR>
+inline void tile(int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col, const float* panel, float* c,
+                 std::ptrdiff_t ldc, int cols) {
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 lo[MR], hi[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (int p = 0; p < k; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(panel), b1 = _mm256_loadu_ps(panel + 8);
+    panel += panel_width;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * a_row);
+      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
+    a += a_col;
+  }
+  if (cols >= panel_width) {
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      _mm256_storeu_ps(c + r * ldc, lo[r]);
+      _mm256_storeu_ps(c + r * ldc + 8, hi[r]);
+    }
+  } else {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lanes);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lanes);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      _mm256_maskstore_ps(c + r * ldc, m0, lo[r]);
+      _mm256_maskstore_ps(c + r * ldc + 8, m1, hi[r]);
+    }
+  }
+#else
+  float acc[MR][panel_width] = {};
+  for (int p = 0; p < k; ++p) {
+    for (int r = 0; r < MR; ++r) {
+      const float x = a[r * a_row];
+#pragma omp simd
+      for (int j = 0; j < panel_width; ++j) acc[r][j] += x * panel[j];
+    }
+    panel += panel_width;
+    a += a_col;
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < cols && j < panel_width; ++j) c[r * ldc + j] = acc[r][j];
+#endif
+}
+
+// C (rows x n) = A (rows x k) · B (k x n), rows <= 6, with B packed by
+// pack_panels; panel_stride is the floats from one panel to the next (the
+// packed matrix's k times 16, which may exceed this product's k when it
+// starts further down the panels).
+inline void tile_product(int rows, int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col,
+                         const float* panels, std::ptrdiff_t panel_stride, int n, float* c, std::ptrdiff_t ldc) {
+  for (int c0 = 0; c0 < n; c0 += panel_width) {
+    const float* panel = panels + (c0 / panel_width) * panel_stride;
+    const int cols = std::min(panel_width, n - c0);
+    switch (rows) {
+      case 6: tile<6>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      case 5: tile<5>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      case 4: tile<4>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      case 3: tile<3>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      case 2: tile<2>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      case 1: tile<1>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
+      default: break;
+    }
+  }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// exp(x) for x <= 0 in [-87.3, 0], Cephes's expf polynomial: within 2 ulp.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float horizontal_max(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// row[0..n) holds scores; afterwards softmax(scale * scores), and zeros in
+// row[n..zero_end).
+inline void softmax_row(float* row, int n, float scale, int zero_end) {
+#if defined(__AVX2__) && defined(__FMA__)
+  // Whole vectors, then the last n % 8 through a mask.
+  const int whole = n / 8 * 8, rest = n - whole;
+  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 lowest = _mm256_set1_ps(-3.4e38f);
+  __m256 m = lowest;
+  for (int j = 0; j < whole; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + j));
+  if (rest) m = _mm256_max_ps(m, _mm256_blendv_ps(lowest, _mm256_maskload_ps(row + whole, tail), _mm256_castsi256_ps(tail)));
+  const float largest = horizontal_max(m);
+  const __m256 s = _mm256_set1_ps(scale), shift = _mm256_set1_ps(-largest * scale);
+  __m256 total = _mm256_setzero_ps();
+  for (int j = 0; j < whole; j += 8) {
+    const __m256 e = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(row + j), s, shift));
+    _mm256_storeu_ps(row + j, e);
+    total = _mm256_add_ps(total, e);
+  }
+  if (rest) {
+    const __m256 e = _mm256_and_ps(exp8(_mm256_fmadd_ps(_mm256_maskload_ps(row + whole, tail), s, shift)),
+                                   _mm256_castsi256_ps(tail));
+    _mm256_maskstore_ps(row + whole, tail, e);
+    total = _mm256_add_ps(total, e);
+  }
+  const float sum = horizontal_sum(total);
+#else
+  float largest = row[0];
+  for (int j = 1; j < n; ++j) largest = std::max(largest, row[j]);
+  const float shift = -largest * scale;
+  float sum = 0.f;
+  for (int j = 0; j < n; ++j) {
+    const float e = std::exp(row[j] * scale + shift);
+    row[j] = e;
+    sum += e;
+  }
+#endif
+  const float inverse = 1.f / sum;
+#pragma omp simd
+  for (int i = 0; i < n; ++i) row[i] *= inverse;
+  for (int i = n; i < zero_end; ++i) row[i] = 0.f;
+}
+
+// The softmax's backward for one row of n: grad holds d(loss)/d(P) (or, with
+// dropout, d(loss)/d(dropped P), and keep the row's mask); afterwards
+// scale * P * (g - sum(P * g)), with g the gradient through the dropout, and
+// zeros in grad[n..zero_end).
+inline void softmax_backward_row(const float* p, float* grad, int n, float scale, const std::uint8_t* keep,
+                                 float keep_scale, int zero_end) {
+  float dot = 0.f;
+  if (keep) {
+#pragma omp simd
+    for (int j = 0; j < n; ++j) grad[j] = keep[j] ? grad[j] * keep_scale : 0.f;
+  }
+#pragma omp simd reduction(+ : dot)
+  for (int j = 0; j < n; ++j) dot += p[j] * grad[j];
+#pragma omp simd
+  for (int j = 0; j < n; ++j) grad[j] = scale * p[j] * (grad[j] - dot);
+  for (int j = n; j < zero_end; ++j) grad[j] = 0.f;
+}
+
+}  // namespace attention_kernels
+}  // namespace detail
+
+template <int Heads, class... Options, class Layer, int Batch>
+class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
+  using params = typename Layer::params;
+  static constexpr float dropout_rate = causal_self_attention<Heads, Options...>::dropout_rate;
+  static constexpr bool decoding = Layer::decoding;
+  static constexpr bool with_dropout = Layer::with_dropout;
+  static constexpr std::size_t keys = Layer::keys;
+  static constexpr std::size_t score_stride = Layer::score_stride;
+  static constexpr std::size_t pack_floats = Layer::pack_floats;
+  static constexpr std::size_t qkv_bytes = Layer::qkv_bytes;
+  static constexpr std::size_t probability_bytes = Layer::probability_bytes;
+  static constexpr std::size_t concat_bytes = Layer::concat_bytes;
+  static constexpr int head_slots = Layer::head_slots;
+  static constexpr std::size_t bias_share_bytes = Layer::bias_share_bytes;
+  static constexpr std::size_t slot_scores_floats = Layer::slot_scores_floats;
+  static constexpr std::size_t slot_bytes = Layer::slot_bytes;
+  static constexpr std::size_t cache_floats = Layer::cache_floats;
+  static constexpr std::size_t decode_qkv_bytes = Layer::decode_qkv_bytes;
+  static constexpr std::size_t decode_concat_bytes = Layer::decode_concat_bytes;
+  static_assert(Layer::panel_width == detail::attention_kernels::panel_width,
+                "layers/attention.hpp sizes the packed panels as wide as the kernels here pack them");
+  static constexpr int T = Layer::steps, D = Layer::width, H = Layer::heads, hd = Layer::head_width;
+  static constexpr int rows = decoding ? Batch : Batch * T;
+  static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
+  static constexpr int proj_stride = static_cast<int>(std::tuple_element_t<2, typename params::tuple>::row_stride);
+  static constexpr std::ptrdiff_t ldp = static_cast<std::ptrdiff_t>(score_stride);
+  static constexpr std::ptrdiff_t head_scores = static_cast<std::ptrdiff_t>(T) * ldp;  // one head's P
+  static constexpr int band = detail::attention_kernels::tile_rows;
+  static constexpr int pair_count = Batch * H;
+  // Below this many multiply-adds the heads run on the calling thread.
+  static constexpr bool parallel_heads =
+      pair_count > 1 && std::size_t{Batch} * H * T * keys * hd >= std::size_t{1} << 16;
+
+ public:
+  explicit executor(const layer_io<cpu>& io) : io_(io), scale(static_cast<float>(1.0 / std::sqrt(double{hd}))) {
+    auto& ctx = *io.context;
+    qkv_forward_ = backend::cpu::matmul(ctx, {rows, 3 * D, D, false, false, 0, qkv_stride}, true);
+    proj_forward_ = backend::cpu::matmul(ctx, {rows, D, D, false, false, 0, proj_stride}, true);
+    if constexpr (!decoding) {
+      // d_proj.kernel (D, D) = y^T · d_out; d_y = d_out · proj.kernel^T
+      proj_kernel_grad_ = backend::cpu::matmul(ctx, {D, D, rows, true, false, 0, 0, proj_stride}, false);
+      proj_input_grad_ = backend::cpu::matmul(ctx, {rows, D, D, false, true, 0, proj_stride}, false);
+      // d_qkv.kernel (D, 3D) = x^T · d_qkv; d_x = d_qkv · qkv.kernel^T
+      qkv_kernel_grad_ = backend::cpu::matmul(ctx, {D, 3 * D, rows, true, false, 0, 0, qkv_stride}, false);
+      if (io.d_in) qkv_input_grad_ = backend::cpu::matmul(ctx, {rows, D, 3 * D, false, true, 0, qkv_stride}, false);
+    }
+  }
+
+  std::size_t scratchpad_bytes() const {
+    return std::max({qkv_forward_.scratchpad_bytes(), proj_forward_.scratchpad_bytes(),
+                     proj_kernel_grad_.scratchpad_bytes(), proj_input_grad_.scratchpad_bytes(),
+                     qkv_kernel_grad_.scratchpad_bytes(), qkv_input_grad_.scratchpad_bytes()});
+  }
+
+  // The oneDNN implementations of the projections' matmuls, for reports.
+  std::string implementations() const {
+    std::string out = std::string("qkv ") + qkv_forward_.implementation() + ", proj " + proj_forward_.implementation();
+    if constexpr (!decoding)
+      out += std::string(", backward ") + proj_kernel_grad_.implementation() + " / " +
+             proj_input_grad_.implementation() + " / " + qkv_kernel_grad_.implementation() +
+             (io_.d_in ? std::string(" / ") + qkv_input_grad_.implementation() : std::string());
+    return out;
+  }
+
+  void bind(std::byte* scratchpad) {
+    const float* qkv_kernel = io_.params + params::template offset<0>;
+    const float* qkv_bias = io_.params + params::template offset<1>;
+    const float* proj_kernel = io_.params + params::template offset<2>;
+    const float* proj_bias = io_.params + params::template offset<3>;
+    qkv_forward_.bind(io_.in, qkv_kernel, qkv_bias, qkv(), scratchpad);
+    proj_forward_.bind(concat(), proj_kernel, proj_bias, io_.out, scratchpad);
+    if constexpr (!decoding) {
+      proj_kernel_grad_.bind(concat(), io_.d_out, nullptr, io_.grads + params::template offset<2>, scratchpad);
+      proj_input_grad_.bind(io_.d_out, proj_kernel, nullptr, d_concat(), scratchpad);
+      qkv_kernel_grad_.bind(io_.in, d_qkv(), nullptr, io_.grads + params::template offset<0>, scratchpad);
+      if (io_.d_in) qkv_input_grad_.bind(d_qkv(), qkv_kernel, nullptr, io_.d_in, scratchpad);
+    }
+  }
+
+  void forward() {
+    qkv_forward_.run();
+    if constexpr (decoding) {
+      decode_attention();
+    } else {
+      const bool drop = with_dropout && io_.run && io_.run->training;
+      for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
+    }
+    proj_forward_.run();
+  }
+
+  void backward() {
+    if constexpr (!decoding) {
+      proj_kernel_grad_.run();
+      backend::cpu::column_sums(io_.d_out, rows, D, io_.grads + params::template offset<3>);
+      proj_input_grad_.run();
+      const bool drop = with_dropout && io_.run && io_.run->training;
+      for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      qkv_kernel_grad_.run();
+      // d qkv.bias: the samples' shares, summed by the heads' backward.
+      float* d_bias = io_.grads + params::template offset<1>;
+      const float* shares = bias_shares();
+      for (int c = 0; c < 3 * D; ++c) d_bias[c] = 0.f;
+      for (int b = 0; b < Batch; ++b)
+#pragma omp simd
+        for (int c = 0; c < 3 * D; ++c) d_bias[c] += shares[b * 3 * D + c];
+      if (io_.d_in) qkv_input_grad_.run();
+    }
+  }
+
+ private:
+  static constexpr float keep_scale = dropout_rate < 1.f ? 1.f / (1.f - dropout_rate) : 1.f;
+
+  // Workspace regions (training): qkv, P, y, mask; decoding: the caches.
+  float* qkv() const {
+    if constexpr (decoding) return reinterpret_cast<float*>(io_.scratch);
+    else return reinterpret_cast<float*>(io_.workspace);
+  }
+  float* probabilities() const { return reinterpret_cast<float*>(io_.workspace + Batch * qkv_bytes); }
+  float* concat() const {
+    if constexpr (decoding) return reinterpret_cast<float*>(io_.scratch + Batch * decode_qkv_bytes);
+    else return reinterpret_cast<float*>(io_.workspace + Batch * (qkv_bytes + probability_bytes));
+  }
+  std::uint8_t* mask() const {
+    return reinterpret_cast<std::uint8_t*>(io_.workspace + Batch * (qkv_bytes + probability_bytes + concat_bytes));
+  }
+  // Scratch regions (training): d_y, d_qkv, the bias shares, then the
+  // threads' slots.
+  float* d_concat() const { return reinterpret_cast<float*>(io_.scratch); }
+  float* d_qkv() const { return reinterpret_cast<float*>(io_.scratch + Batch * concat_bytes); }
+  float* bias_shares() const {  // (Batch, 3D): each sample's column sums of d_qkv
+    return reinterpret_cast<float*>(io_.scratch + Batch * (concat_bytes + qkv_bytes));
+  }
+  // The calling thread's slot: (T, ldp) scores, then the packed panels.
+  float* slot_scores(int slot) const {
+    return reinterpret_cast<float*>(io_.scratch + Batch * (concat_bytes + qkv_bytes + bias_share_bytes) +
+                                    static_cast<std::size_t>(slot) * slot_bytes);
+  }
+  float* slot_packs(int slot) const { return slot_scores(slot) + slot_scores_floats; }
+
+  // f(pair, slot) for each (sample, head) pair, split over at most
+  // head_slots threads; slot is the calling thread's scratch slot.
+  template <class F>
+  void for_each_head(F&& f) const {
+#ifdef _OPENMP
+    if (parallel_heads) {
+      const int threads = std::min(omp_get_max_threads(), head_slots);
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+      for (int pair = 0; pair < pair_count; ++pair) f(pair, omp_get_thread_num());
+      return;
+    }
+#endif
+    for (int pair = 0; pair < pair_count; ++pair) f(pair, 0);
+  }
+
+  // Draws the keep mask of row i of head `pair`, j in [0, i].
+  void draw_mask_row(int pair, int i, std::uint8_t* keep) const {
+    const random_stream rng{mix_seed(io_.run->seed, Layer::mask_salt), io_.run->step};
+    const auto threshold = static_cast<std::uint32_t>(std::ceil(double{dropout_rate} * 16777216.0));
+    const std::uint64_t first = (static_cast<std::uint64_t>(pair) * T + i) * T;
+    std::uint32_t words[4];
+    std::uint64_t block = ~std::uint64_t{0};
+    for (int j = 0; j <= i; ++j) {
+      const std::uint64_t e = first + j;
+      if (e / 4 != block) {
+        block = e / 4;
+        rng.block(block, words);
+      }
+      keep[j] = (words[e % 4] >> 8) >= threshold;
+    }
+  }
+
+  // One head of one sample: scores, softmax and y, 6 query rows at a time.
+  void head_forward(int pair, int slot, bool drop) const {
+    using namespace detail::attention_kernels;
+    const int b = pair / H, h = pair % H;
+    const float* q = qkv() + static_cast<std::ptrdiff_t>(b) * T * 3 * D + h * hd;
+    const float* k = q + D;
+    const float* v = q + 2 * D;
+    float* p = probabilities() + static_cast<std::ptrdiff_t>(pair) * head_scores;
+    float* dropped = slot_scores(slot);  // P after dropout
+    std::uint8_t* keep = mask() + static_cast<std::ptrdiff_t>(pair) * T * T;
+    float* y = concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd;
+    float* kt_pack = slot_packs(slot);      // k^T (hd x T)
+    float* v_pack = kt_pack + pack_floats;  // v (T x hd)
+    pack_panels_transposed(hd, T, k, 3 * D, kt_pack);
+    pack_panels(T, hd, v, 3 * D, v_pack);
+    for (int i0 = 0; i0 < T; i0 += tile_rows) {
+      const int n = std::min(tile_rows, T - i0);
+      const int columns = i0 + n;  // the tile's rows see keys 0 .. i0 + n - 1
+      float* p_rows = p + i0 * ldp;
+      tile_product(n, hd, q + static_cast<std::ptrdiff_t>(i0) * 3 * D, 3 * D, 1, kt_pack,
+                   static_cast<std::ptrdiff_t>(hd) * panel_width, columns, p_rows, ldp);
+      for (int i = i0; i < i0 + n; ++i) softmax_row(p + i * ldp, i + 1, scale, std::min(T, i + band));
+      const float* a = p_rows;
+      if (with_dropout && drop) {
+        for (int i = i0; i < i0 + n; ++i) {
+          std::uint8_t* keep_row = keep + static_cast<std::ptrdiff_t>(i) * T;
+          draw_mask_row(pair, i, keep_row);
+          const float* from = p + i * ldp;
+          float* to = dropped + i * ldp;
+#pragma omp simd
+          for (int j = 0; j <= i; ++j) to[j] = keep_row[j] ? from[j] * keep_scale : 0.f;
+          for (int j = i + 1; j < std::min(T, i + band); ++j) to[j] = 0.f;
+        }
+        a = dropped + i0 * ldp;
+      }
+      tile_product(n, columns, a, ldp, 1, v_pack, static_cast<std::ptrdiff_t>(T) * panel_width, hd,
+                   y + static_cast<std::ptrdiff_t>(i0) * D, D);
+    }
+  }
+
+  // One head's backward: d_v = P'^T d_y, then per 6 rows d_P = d_y v^T,
+  // d_S = softmax backward, d_q = d_S k; then d_k = d_S^T q.
+  void head_backward(int pair, int slot, bool drop) const {
+    using namespace detail::attention_kernels;
+    const int b = pair / H, h = pair % H;
+    const std::ptrdiff_t qkv_row = 3 * D;
+    const float* q = qkv() + static_cast<std::ptrdiff_t>(b) * T * qkv_row + h * hd;
+    const float* k = q + D;
+    const float* v = q + 2 * D;
+    const float* dy = d_concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd;
+    float* dq = d_qkv() + static_cast<std::ptrdiff_t>(b) * T * qkv_row + h * hd;
+    float* dk = dq + D;
+    float* dv = dq + 2 * D;
+    const float* p = probabilities() + static_cast<std::ptrdiff_t>(pair) * head_scores;
+    float* ds = slot_scores(slot);
+    const std::uint8_t* keep = mask() + static_cast<std::ptrdiff_t>(pair) * T * T;
+    float* vt_pack = slot_packs(slot);       // v^T (hd x T)
+    float* dy_pack = vt_pack + pack_floats;  // d_y (T x hd)
+    float* k_pack = dy_pack + pack_floats;   // k (T x hd)
+    float* q_pack = k_pack + pack_floats;    // q (T x hd)
+    pack_panels_transposed(hd, T, v, qkv_row, vt_pack);
+    pack_panels(T, hd, dy, D, dy_pack);
+    pack_panels(T, hd, k, qkv_row, k_pack);
+    pack_panels(T, hd, q, qkv_row, q_pack);
+    const std::ptrdiff_t t_panel = static_cast<std::ptrdiff_t>(T) * panel_width;
+    const std::ptrdiff_t hd_panel = static_cast<std::ptrdiff_t>(hd) * panel_width;
+
+    // d_v rows j0.. = sum over queries i >= j0 of P'[i][j] d_y[i].
+    const float* a = p;
+    if (with_dropout && drop) {  // P' into d_S's place, overwritten below
+      for (int i = 0; i < T; ++i) {
+        const float* from = p + i * ldp;
+        const std::uint8_t* keep_row = keep + static_cast<std::ptrdiff_t>(i) * T;
+        float* to = ds + i * ldp;
+#pragma omp simd
+        for (int j = 0; j <= i; ++j) to[j] = keep_row[j] ? from[j] * keep_scale : 0.f;
+        for (int j = i + 1; j < std::min(T, i + band); ++j) to[j] = 0.f;
+      }
+      a = ds;
+    }
+    for (int j0 = 0; j0 < T; j0 += tile_rows) {
+      const int n = std::min(tile_rows, T - j0);
+      tile_product(n, T - j0, a + j0 * ldp + j0, 1, ldp, dy_pack + j0 * panel_width, t_panel, hd,
+                   dv + j0 * qkv_row, qkv_row);
+    }
+    for (int i0 = 0; i0 < T; i0 += tile_rows) {
+      const int n = std::min(tile_rows, T - i0);
+      const int columns = i0 + n;
+      float* ds_rows = ds + i0 * ldp;
+      tile_product(n, hd, dy + static_cast<std::ptrdiff_t>(i0) * D, D, 1, vt_pack, hd_panel, columns, ds_rows, ldp);
+      for (int i = i0; i < i0 + n; ++i)
+        softmax_backward_row(p + i * ldp, ds + i * ldp, i + 1, scale,
+                             (with_dropout && drop) ? keep + static_cast<std::ptrdiff_t>(i) * T : nullptr,
+                             keep_scale, std::min(T, i + band));
+      tile_product(n, columns, ds_rows, ldp, 1, k_pack, t_panel, hd, dq + i0 * qkv_row, qkv_row);
+    }
+    for (int j0 = 0; j0 < T; j0 += tile_rows) {
+      const int n = std::min(tile_rows, T - j0);
+      tile_product(n, T - j0, ds + j0 * ldp + j0, 1, ldp, q_pack + j0 * panel_width, t_panel, hd,
+                   dk + j0 * qkv_row, qkv_row);
+    }
+    // This head's columns of the sample's share of d qkv.bias, while its
+    // d_q, d_k and d_v are still in cache.
+    float* share = bias_shares() + static_cast<std::ptrdiff_t>(b) * qkv_row + h * hd;
+    for (int part = 0; part < 3; ++part) {
+      float* sums = share + part * D;
+      const float* column = dq + part * D;
+      for (int d = 0; d < hd; ++d) sums[d] = 0.f;
+      for (int t = 0; t < T; ++t)
+#pragma omp simd
+        for (int d = 0; d < hd; ++d) sums[d] += column[t * qkv_row + d];
+    }
+  }
+
+  // Decoding: the position's k and v into the caches, then each head's
+  // attention over the cached positions 0..position.
+  void decode_attention() const {
+    const int position = io_.run ? io_.run->position : 0;
+    const int seen = position + 1;
+    auto* caches = reinterpret_cast<float*>(io_.workspace);
+    const float* qkv_rows = qkv();
+    for (int b = 0; b < Batch; ++b) {
+      float* key_cache = caches + static_cast<std::ptrdiff_t>(b) * 2 * cache_floats;
+      float* value_cache = key_cache + cache_floats;
+      const float* row = qkv_rows + static_cast<std::ptrdiff_t>(b) * 3 * D;
+      std::memcpy(key_cache + static_cast<std::ptrdiff_t>(position) * D, row + D, sizeof(float) * D);
+      std::memcpy(value_cache + static_cast<std::ptrdiff_t>(position) * D, row + 2 * D, sizeof(float) * D);
+    }
+    float* y_rows = concat();
+    float* scores_all = reinterpret_cast<float*>(io_.scratch + Batch * (decode_qkv_bytes + decode_concat_bytes));
+#pragma omp parallel for schedule(static) if (std::size_t{Batch} * H * keys * hd >= std::size_t{1} << 16)
+    for (int pair = 0; pair < pair_count; ++pair) {
+      const int b = pair / H, h = pair % H;
+      const float* key_cache = caches + static_cast<std::ptrdiff_t>(b) * 2 * cache_floats + h * hd;
+      const float* value_cache = key_cache + cache_floats;
+      const float* q = qkv_rows + static_cast<std::ptrdiff_t>(b) * 3 * D + h * hd;
+      float* scores = scores_all + static_cast<std::ptrdiff_t>(pair) * static_cast<std::ptrdiff_t>(keys);
+      for (int j = 0; j < seen; ++j) {
+        const float* key = key_cache + static_cast<std::ptrdiff_t>(j) * D;
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int d = 0; d < hd; ++d) dot += q[d] * key[d];
+        scores[j] = dot;
+      }
+      detail::attention_kernels::softmax_row(scores, seen, scale, seen);
+      float* y = y_rows + static_cast<std::ptrdiff_t>(b) * D + h * hd;
+      for (int d = 0; d < hd; ++d) y[d] = 0.f;
+      for (int j = 0; j < seen; ++j) {
+        const float weight = scores[j];
+        const float* value = value_cache + static_cast<std::ptrdiff_t>(j) * D;
+#pragma omp simd
+        for (int d = 0; d < hd; ++d) y[d] += weight * value[d];
+      }
+    }
+  }
+
+  layer_io<cpu> io_;
+  float scale;  // 1 / sqrt(hd)
+  backend::cpu::matmul qkv_forward_, proj_forward_;
+  backend::cpu::matmul proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;
+};
+
+}  // namespace typeflow

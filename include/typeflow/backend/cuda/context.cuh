@@ -1,0 +1,56 @@
+// The CUDA backend's context: what every executor of one replica's step
+// shares (layer_io<cuda>::context), and the device primitives that the
+// device-independent executors (combinators) ask for.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "typeflow/backend/cuda/elementwise.cuh"
+#include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/backend/device.hpp"
+
+namespace typeflow::backend::cuda {
+
+// Values that change every step and that a captured graph reads from device
+// memory (the host refreshes them before each launch).
+struct step_values {
+  std::uint64_t step = 0;  // the training step, as run_state::step on the CPU (dropout's counter)
+};
+
+struct context {
+  cudaStream_t stream = nullptr;          // where every executor enqueues
+  cublasLtHandle_t lt = nullptr;
+  std::byte* gemm_workspace = nullptr;    // cuBLASLt's, shared by the products
+  std::size_t gemm_workspace_bytes = 0;
+  const step_values* step = nullptr;      // device memory
+};
+
+// A step program's scratchpad: one cudaMalloc block (none for 0 bytes).
+class scratchpad {
+ public:
+  explicit scratchpad(std::size_t bytes) : buffer_(bytes) {}
+  std::byte* data() const noexcept { return buffer_.data(); }
+
+ private:
+  device_buffer buffer_;
+};
+
+namespace detail {
+struct add_fn {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+}  // namespace detail
+
+inline void copy_bytes(context& c, void* to, const void* from, std::size_t bytes) {
+  TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, c.stream));
+}
+// to[i] += from[i]
+inline void add_in_place(context& c, float* to, const float* from, std::size_t count) {
+  map2(to, from, to, count, detail::add_fn{}, c.stream);
+}
+
+}  // namespace typeflow::backend::cuda
