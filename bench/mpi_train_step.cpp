@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include <typeflow/distribute/multi_worker.hpp>  // not in typeflow.hpp; the target links typeflow::mpi
 #include <typeflow/typeflow.hpp>
 
 namespace tf = typeflow;

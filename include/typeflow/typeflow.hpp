@@ -1,12 +1,14 @@
 // typeflow: train deep-learning models whose architecture is a C++ type.
-// One include for everything a user needs.
+// One include for everything a user needs, except multi_worker: MPI is not
+// needed to train on one machine. A program that uses multi_worker includes
+// "typeflow/distribute/multi_worker.hpp" itself, or defines TYPEFLOW_MULTI_WORKER
+// to 1 before this include (typeflow::mpi does), and links MPI.
 #pragma once
 
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/half.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/data.hpp"
-#include "typeflow/distribute/multi_worker.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/attention.hpp"
@@ -38,3 +40,7 @@
 #include "typeflow/schedules/schedules.hpp"
 #include "typeflow/text/text.hpp"
 #include "typeflow/train/model.hpp"
+
+#if defined(TYPEFLOW_MULTI_WORKER) && TYPEFLOW_MULTI_WORKER
+#include "typeflow/distribute/multi_worker.hpp"  // includes <mpi.h>
+#endif

@@ -2,6 +2,10 @@
 // C++20 requirement and the dependencies (oneDNN, OpenMP, Hana, JSON) all come
 // from find_package(typeflow) and typeflow::typeflow. It trains a tiny model
 // for one step, so linking and running are checked too.
+// The install.plain_command test compiles this same file with a bare
+// g++ -std=c++20 -fopenmp -I include ... -ldnnl, without MPI: it lives here,
+// not in tests/standalone/ (whose files become doctest binaries), because it
+// is a user's program, built the two ways a user would build it.
 #include <typeflow/typeflow.hpp>
 
 namespace tf = typeflow;

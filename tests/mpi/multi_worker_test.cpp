@@ -35,7 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include <typeflow/typeflow.hpp>  // includes <mpi.h>, without MPI's C++ bindings
+#include <typeflow/distribute/multi_worker.hpp>  // includes <mpi.h>, without MPI's C++ bindings
+#include <typeflow/typeflow.hpp>
 
 namespace tf = typeflow;
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <typeflow/cuda.cuh>
+#include <typeflow/distribute/multi_worker.hpp>
 
 namespace tf = typeflow;
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/distribute/multi_worker.hpp"
 
 namespace cu = typeflow::backend::cuda;
 
