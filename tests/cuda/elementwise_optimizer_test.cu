@@ -23,6 +23,7 @@
 #include "typeflow/core/half.hpp"
 #include "typeflow/backend/cpu/dropout.hpp"
 #include "typeflow/optimizers/device_update.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
 
 namespace tf = typeflow;
 namespace cu = typeflow::backend::cuda;
@@ -397,7 +398,7 @@ state_arrays run_cpu(const O& o, const std::vector<float>& weights, const std::v
 // Everything one model's device step holds.
 template <class O>
 struct device_step {
-  using rule = od::rule_of<O>;
+  using rule = opt::rule_of<O>;
   O o;
   od::update_plan host_plan;
   cu::device_update_plan plan;
@@ -442,14 +443,14 @@ struct device_step {
   void eager(const std::vector<float>& g, std::int64_t iteration, cudaStream_t s) {
     upload_grads(g, s);
     statistics_pass(s);
-    cu::apply_update(weights.get() + offset_, grads.get() + offset_, slot_pointers(), plan, od::clip_options_of(o),
-                     statistics.get(), tensor_norms.get(), od::step_values_for(o, iteration), false, s);
+    cu::apply_update(weights.get() + offset_, grads.get() + offset_, slot_pointers(), plan, opt::clip_options_of(o),
+                     statistics.get(), tensor_norms.get(), opt::step_values_for(o, iteration), false, s);
     cu::finish_step(state.get(), statistics.get(), nullptr, nullptr, s);
   }
   // Graph-ready: every per-step value from device memory.
   void record(cu::step_readback* readback, cudaStream_t s) {
     statistics_pass(s);
-    cu::apply_update(weights.get() + offset_, grads.get() + offset_, slot_pointers(), plan, od::clip_options_of(o),
+    cu::apply_update(weights.get() + offset_, grads.get() + offset_, slot_pointers(), plan, opt::clip_options_of(o),
                      statistics.get(), tensor_norms.get(), state.get(), table.get(), s);
     cu::finish_step(state.get(), statistics.get(), &table.get()->header, readback, s);
   }
@@ -546,7 +547,7 @@ TEST_CASE("each optimizer rule over three steps matches the CPU optimizer, with 
                   "rmsprop momentum centered decay");
 }
 
-TEST_CASE("gradient statistics: the norms clip_gradients takes, deterministic, unscaled in place") {
+TEST_CASE("gradient statistics: the norms apply_update takes, deterministic, unscaled in place") {
   std::mt19937 gen(7);
   const auto tensors = scenario_tensors();
   std::vector<float> g = random_vector(gen, floats, 3.f);

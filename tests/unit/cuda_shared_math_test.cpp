@@ -1,8 +1,11 @@
-// The plain C++ the CUDA kernels are built from, checked on the CPU against
-// the CPU paths: the vector split of the element-wise kernels, dropout's mask
-// (against the dropout layer itself), and the optimizer step as the device
-// runs it (chunk plan, statistics, clip, decay, rules, step tables, the
-// loss-scale state) against each optimizer's update() and loss_scale.
+// What is device-specific in the plain C++ the CUDA kernels are built from,
+// checked on the CPU: the vector split of the element-wise kernels, dropout's
+// mask (against the dropout layer itself), and the optimizer step's layout:
+// the chunk plan, the statistics pass's reduction order, step tables and the
+// step state. The arithmetic per element (each optimizer's
+// rule, clip, decay, update_element) and the loss-scale state machine are
+// the CPU's own code (optimizers/element.hpp, precision/loss_scale.hpp), so
+// nothing here compares two copies of them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "typeflow/backend/cpu/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/optimizers/device_update.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 
 namespace tf = typeflow;
@@ -205,8 +209,8 @@ TEST_CASE("make_update_plan cuts the region into chunks inside one tensor or one
 }
 
 // ---------------------------------------------------------------------------
-// The device step, run on the host with the kernels' functions, against the
-// CPU optimizers.
+// The device step, run on the host: the kernels' reduction order and their
+// walk over the chunks, with the shared per-element functions.
 
 namespace {
 
@@ -215,7 +219,9 @@ struct host_statistics {
   std::vector<double> tensor_squared_norms;
 };
 
-// statistics_chunks_kernel + statistics_finish_kernel, sequentially.
+// statistics_chunks_kernel + statistics_finish_kernel, sequentially: a
+// partial sum per chunk (0 for padding and statistics), the global sum over
+// the chunks in order, each tensor's over its own chunks.
 host_statistics device_statistics(const od::update_plan& plan, std::vector<float>& grads, const od::step_state* state) {
   const float inverse = state ? state->inverse_loss_scale : 1.f;
   std::vector<double> partial(plan.chunks.size());
@@ -241,38 +247,28 @@ host_statistics device_statistics(const od::update_plan& plan, std::vector<float
   return s;
 }
 
-// apply_update_kernel, sequentially; returns whether it changed anything.
+// apply_update_kernel, sequentially, for an optimizer without clipping (the
+// GPU tests cover the kernel's clip factors): the skip, the step table's
+// entry for the device's own update count, each chunk's decay, and
+// update_element. Returns whether it changed anything.
 template <class Rule>
 bool device_apply(const od::update_plan& plan, std::vector<float>& w, const std::vector<float>& g,
-                  std::vector<std::vector<float>>& slots, od::clip_options clip, const host_statistics& stats,
-                  const od::step_state& state, const od::step_table<Rule>& table) {
+                  std::vector<std::vector<float>>& slots, const host_statistics& stats, const od::step_state& state,
+                  const od::step_table<Rule>& table) {
   if (!od::update_applies(state, stats.global.all_finite)) return false;
-  const od::step_values<Rule>* values = table.find(state.iterations + 1);
+  const opt::step_values<Rule>* values = table.find(state.iterations + 1);
   if (!values) return false;
-  const float global_factor =
-      clip.kind == od::clip_kind::global_norm ? od::norm_clip_factor(stats.global.squared_norm, clip.limit) : 1.f;
   for (const od::chunk& ch : plan.chunks) {
-    bool decays = false;
-    float factor = clip.kind == od::clip_kind::norm ? 1.f : global_factor;
-    if (ch.tensor >= 0) {
-      decays = plan.tensors[ch.tensor].decays;
-      if (clip.kind == od::clip_kind::norm && plan.tensors[ch.tensor].normed)
-        factor = od::norm_clip_factor(stats.tensor_squared_norms[ch.tensor], clip.limit);
-    }
+    const bool decays = ch.tensor >= 0 && plan.tensors[ch.tensor].decays && values->decay_factor != 1.f;
     for (std::uint64_t i = ch.begin; i < ch.begin + ch.length; ++i) {
-      float s[3] = {};
+      float s[opt::max_slots] = {};
       for (int k = 0; k < values->rule.slots(); ++k) s[k] = slots[k][i];
-      od::update_element(w[i], g[i], s, *values, clip.kind, clip.limit, factor, decays);
+      opt::update_element(w[i], g[i], s, values->rule, opt::clip_kind::none, 0.f, 1.f, decays, values->decay_factor);
       for (int k = 0; k < values->rule.slots(); ++k) slots[k][i] = s[k];
     }
   }
   return true;
 }
-
-struct run_result {
-  std::vector<float> weights;
-  std::vector<std::vector<float>> slots;
-};
 
 std::vector<float> random_vector(std::mt19937& gen, std::size_t n, float spread) {
   std::normal_distribution<float> normal(0.f, spread);
@@ -281,127 +277,26 @@ std::vector<float> random_vector(std::mt19937& gen, std::size_t n, float spread)
   return v;
 }
 
-// Three steps of the CPU optimizer on fixed data.
-template <class O>
-run_result run_cpu(const O& o, const std::vector<opt::parameter_tensor>& tensors, std::vector<float> weights,
-                   const std::vector<std::vector<float>>& step_grads) {
-  run_result r{std::move(weights), std::vector<std::vector<float>>(o.slot_count(), std::vector<float>(scenario_floats, 0.f))};
-  std::vector<float*> slot_pointers;
-  for (auto& s : r.slots) slot_pointers.push_back(s.data());
-  for (std::size_t step = 0; step < step_grads.size(); ++step) {
-    std::vector<float> g = step_grads[step];
-    opt::update_arguments a;
-    a.weights = r.weights.data();
-    a.grads = g.data();
-    a.slots = slot_pointers.data();
-    a.floats = static_cast<std::ptrdiff_t>(scenario_floats);
-    a.tensors = tensors;
-    a.iteration = static_cast<std::int64_t>(step) + 1;
-    o.update(a);
-  }
-  return r;
-}
-
-// The same three steps the device's way: statistics, apply, finish.
-template <class O>
-run_result run_device(const O& o, const std::vector<opt::parameter_tensor>& tensors, std::vector<float> weights,
-                      const std::vector<std::vector<float>>& step_grads, std::uint32_t chunk_floats) {
-  const od::update_plan plan = od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, chunk_floats);
-  run_result r{std::move(weights), std::vector<std::vector<float>>(o.slot_count(), std::vector<float>(scenario_floats, 0.f))};
-  od::step_state state = od::make_step_state();
-  for (const auto& grads : step_grads) {
-    std::vector<float> g = grads;
-    const host_statistics stats = device_statistics(plan, g, &state);
-    const auto table = od::step_table_for(o, state.iterations + 1, 1);
-    const bool applied = device_apply(plan, r.weights, g, r.slots, od::clip_options_of(o), stats, state, table);
-    od::finish_step(state, stats.global.all_finite, applied);
-  }
-  CHECK(state.iterations == static_cast<std::int64_t>(step_grads.size()));
-  return r;
-}
-
-template <class O>
-void check_same_as_cpu(O o, const char* what) {
-  const auto tensors = scenario_tensors();
-  std::mt19937 gen(2024);
-  const std::vector<float> weights = random_vector(gen, scenario_floats, 0.5f);
-  std::vector<std::vector<float>> grads;
-  for (int step = 0; step < 3; ++step) grads.push_back(random_vector(gen, scenario_floats, 0.3f));
-  struct clip_case {
-    const char* name;
-    std::optional<float> clipnorm, clipvalue, global_clipnorm;
-  };
-  // Limits that clip some tensors and not others (norms here run 0.3 .. 5).
-  const clip_case clips[] = {{"none", {}, {}, {}}, {"clipnorm", 2.f, {}, {}}, {"clipvalue", {}, 0.25f, {}},
-                             {"global_clipnorm", {}, {}, 4.f}, {"global_clipnorm above the norm", {}, {}, 100.f}};
-  for (const clip_case& c : clips) {
-    const std::string label = std::string(what) + ", " + c.name;
-    CAPTURE(label);
-    o.clipnorm = c.clipnorm;
-    o.clipvalue = c.clipvalue;
-    o.global_clipnorm = c.global_clipnorm;
-    o.validate();
-    const run_result cpu = run_cpu(o, tensors, weights, grads);
-    for (std::uint32_t chunk_floats : {64u, od::default_chunk_floats}) {
-      const run_result device = run_device(o, tensors, weights, grads, chunk_floats);
-      // The same float operations in the same order: equal (they are, at
-      // -O1), up to the roundings a multiply-add fused on one side only
-      // changes (-O3 -march=native fuses some), relative to the terms' size.
-      std::size_t beyond = 0;
-      auto compare = [&](const std::vector<float>& a, const std::vector<float>& b) {
-        for (std::size_t i = 0; i < a.size(); ++i) beyond += std::abs(double{a[i]} - b[i]) > 1e-6 * std::abs(double{b[i]}) + 1e-7;
-      };
-      compare(cpu.weights, device.weights);
-      for (std::size_t k = 0; k < cpu.slots.size(); ++k) compare(cpu.slots[k], device.slots[k]);
-      CHECK(beyond == 0);
-    }
-  }
+opt::update_arguments arguments(std::vector<float>& w, std::vector<float>& g, std::vector<float*>& slots,
+                                const std::vector<opt::parameter_tensor>& tensors, std::int64_t iteration) {
+  opt::update_arguments a;
+  a.weights = w.data();
+  a.grads = g.data();
+  a.slots = slots.data();
+  a.floats = static_cast<std::ptrdiff_t>(scenario_floats);
+  a.tensors = tensors;
+  a.iteration = iteration;
+  return a;
 }
 
 }  // namespace
 
-TEST_CASE("the device step equals each CPU optimizer over three steps, with every kind of clipping") {
-  check_same_as_cpu(opt::adam{.learning_rate = 0.01}, "adam");
-  check_same_as_cpu(opt::adam{.learning_rate = 0.01, .amsgrad = true, .weight_decay = 0.1f}, "adam amsgrad, decay");
-  check_same_as_cpu(opt::adamw{.learning_rate = 0.01, .weight_decay = 0.05f}, "adamw");
-  check_same_as_cpu(opt::sgd{.learning_rate = 0.1}, "sgd");
-  check_same_as_cpu(opt::sgd{.learning_rate = 0.1, .momentum = 0.9f, .weight_decay = 0.01f}, "sgd momentum");
-  check_same_as_cpu(opt::sgd{.learning_rate = 0.1, .momentum = 0.9f, .nesterov = true}, "sgd nesterov");
-  check_same_as_cpu(opt::lion{.learning_rate = 0.001, .weight_decay = 0.1f}, "lion");
-  check_same_as_cpu(opt::rmsprop{.learning_rate = 0.01}, "rmsprop");
-  check_same_as_cpu(opt::rmsprop{.learning_rate = 0.01, .momentum = 0.5f}, "rmsprop momentum");
-  check_same_as_cpu(opt::rmsprop{.learning_rate = 0.01, .centered = true}, "rmsprop centered");
-  check_same_as_cpu(opt::rmsprop{.learning_rate = 0.01, .momentum = 0.5f, .centered = true, .weight_decay = 0.02f},
-                    "rmsprop momentum centered decay");
-  check_same_as_cpu(opt::adamw{.learning_rate = tf::schedules::cosine_decay{0.01, 3}, .weight_decay = 0.05f},
-                    "adamw, cosine schedule");
-}
-
-TEST_CASE("clip and decay factors are update.hpp's") {
-  // clip_gradients: scale by float(limit / norm) only above the limit.
-  for (double squared : {0.0, 0.25, 3.9999, 4.0, 4.0001, 17.0, 1e10}) {
-    const float limit = 2.f;
-    const double norm = std::sqrt(squared);
-    const float expected = norm > limit ? static_cast<float>(limit / norm) : 1.f;
-    CHECK(od::norm_clip_factor(squared, limit) == expected);
-  }
-  CHECK(od::norm_clip_factor(std::numeric_limits<double>::quiet_NaN(), 1.f) == 1.f);  // as the CPU: no clip
-  CHECK(od::clip_gradient(3.f, od::clip_kind::value, 1.f, 1.f) == 1.f);
-  CHECK(od::clip_gradient(-3.f, od::clip_kind::value, 1.f, 1.f) == -1.f);
-  CHECK(od::clip_gradient(0.5f, od::clip_kind::value, 1.f, 1.f) == 0.5f);
-  CHECK(od::clip_gradient(0.5f, od::clip_kind::global_norm, 1.f, 0.25f) == 0.125f);
-  CHECK(od::decay_factor(0.01, 0.f) == 1.f);
-  CHECK(od::decay_factor(0.01, 0.004f) == static_cast<float>(1.0 - 0.01 * 0.004f));
-  CHECK(od::decay_weight(2.f, true, 0.5f) == 1.f);
-  CHECK(od::decay_weight(2.f, false, 0.5f) == 2.f);
+TEST_CASE("the statistics pass unscales and flags like precision::unscale_all_finite, summing by chunks") {
   CHECK(od::is_finite_bits(std::numeric_limits<float>::max()));
   CHECK(od::is_finite_bits(std::numeric_limits<float>::denorm_min()));
   CHECK_FALSE(od::is_finite_bits(std::numeric_limits<float>::infinity()));
   CHECK_FALSE(od::is_finite_bits(-std::numeric_limits<float>::infinity()));
   CHECK_FALSE(od::is_finite_bits(std::numeric_limits<float>::quiet_NaN()));
-}
-
-TEST_CASE("the statistics pass unscales and flags like precision::unscale_all_finite") {
   const auto tensors = scenario_tensors();
   const od::update_plan plan = od::make_update_plan(tensors, scenario_floats, opt::decay_scope::all, 64);
   std::mt19937 gen(7);
@@ -415,17 +310,21 @@ TEST_CASE("the statistics pass unscales and flags like precision::unscale_all_fi
     CHECK(static_cast<bool>(s.global.all_finite) == finite);
     for (std::size_t i = 0; i < g.size(); ++i)
       REQUIRE(std::bit_cast<std::uint32_t>(g[i]) == std::bit_cast<std::uint32_t>(cpu[i]));
-    if (finite) {  // the norm clip_gradients would take: tensors that are not statistics
+    if (finite) {  // the norms apply_update takes: tensors that are not statistics
       double expected = 0;
-      for (const auto& t : tensors)
-        if (t.kind != tf::param_kind::statistic)
-          for (std::size_t i = t.offset; i < t.offset + t.size; ++i) expected += double{cpu[i]} * cpu[i];
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        double sum = 0;
+        if (tensors[t].kind != tf::param_kind::statistic)
+          for (std::size_t i = tensors[t].offset; i < tensors[t].offset + tensors[t].size; ++i) sum += double{cpu[i]} * cpu[i];
+        CHECK(s.tensor_squared_norms[t] == doctest::Approx(sum).epsilon(1e-12));
+        expected += sum;
+      }
       CHECK(s.global.squared_norm == doctest::Approx(expected).epsilon(1e-12));
     }
   }
 }
 
-TEST_CASE("finish_step runs loss_scale's state machine and counts updates as train/model.hpp does") {
+TEST_CASE("finish_step moves precision::loss_scale's state and counts updates as train/model.hpp does") {
   std::mt19937 gen(3);
   std::bernoulli_distribution finite_draw(0.8);
   for (bool dynamic : {true, false}) {
@@ -434,10 +333,10 @@ TEST_CASE("finish_step runs loss_scale's state machine and counts updates as tra
     od::step_state s = dynamic ? od::make_step_state(tf::precision::dynamic_loss_scale{1024.f, 3})
                                : od::make_step_state(tf::precision::fixed_loss_scale{8.f});
     std::int64_t iterations = 0;
-    for (int step = 0; step < 500; ++step) {
+    for (int step = 0; step < 200; ++step) {
       const bool finite = finite_draw(gen);
       REQUIRE(s.loss_scale == cpu.scale());
-      REQUIRE(s.inverse_loss_scale == 1.f / cpu.scale());
+      REQUIRE(s.inverse_loss_scale == 1.f / cpu.scale());  // what the statistics pass multiplies by
       const bool applied = od::update_applies(s, finite);
       REQUIRE(applied == cpu.after_step(finite));
       iterations += applied;
@@ -448,6 +347,7 @@ TEST_CASE("finish_step runs loss_scale's state machine and counts updates as tra
       REQUIRE(static_cast<bool>(s.last_applied) == applied);
     }
   }
+  CHECK_THROWS_AS(od::make_step_state(tf::precision::dynamic_loss_scale{0.f}), std::invalid_argument);
   // float32: no loss scaling, a non-finite step is applied (no skip on the CPU either).
   od::step_state s = od::make_step_state();
   CHECK(od::update_applies(s, false));
@@ -455,6 +355,7 @@ TEST_CASE("finish_step runs loss_scale's state machine and counts updates as tra
   CHECK(s.iterations == 1);
   CHECK(s.skipped == 0);
   CHECK(s.loss_scale == 1.f);
+  CHECK(s.inverse_loss_scale == 1.f);
 }
 
 TEST_CASE("a step table holds each possible update number's values, as the optimizer computes them") {
@@ -465,10 +366,13 @@ TEST_CASE("a step table holds each possible update number's values, as the optim
   for (std::int64_t t = 4; t < 9; ++t) {
     const auto* v = table.find(t);
     REQUIRE(v != nullptr);
-    const double lr = o.learning_rate(t - 1);
-    const double correction = std::sqrt(1.0 - std::pow(double{o.beta_2}, double(t))) / (1.0 - std::pow(double{o.beta_1}, double(t)));
-    CHECK(v->rule.rule.step_size == static_cast<float>(lr * correction));
-    CHECK(v->decay_factor == static_cast<float>(1.0 - lr * o.weight_decay));
+    const auto expected = o.rule(t);  // apply_update's rule of update t
+    CHECK(v->rule.step_size == expected.step_size);
+    CHECK(v->rule.beta_1 == expected.beta_1);
+    CHECK(v->rule.beta_2 == expected.beta_2);
+    CHECK(v->rule.epsilon == expected.epsilon);
+    CHECK(v->rule.amsgrad == expected.amsgrad);
+    CHECK(v->decay_factor == static_cast<float>(1.0 - o.learning_rate(t - 1) * o.weight_decay));
   }
   CHECK_THROWS_AS(od::step_table_for(o, 1, 0), std::invalid_argument);
   CHECK_THROWS_AS(od::step_table_for(o, 1, od::step_table_capacity + 1), std::invalid_argument);
@@ -480,7 +384,7 @@ TEST_CASE("a step table holds each possible update number's values, as the optim
   std::mt19937 gen(5);
   std::vector<float> w = random_vector(gen, scenario_floats, 0.5f), w_cpu = w;
   std::vector<std::vector<float>> slots(2, std::vector<float>(scenario_floats, 0.f)), slots_cpu = slots;
-  float* slot_pointers[2] = {slots_cpu[0].data(), slots_cpu[1].data()};
+  std::vector<float*> slot_pointers = {slots_cpu[0].data(), slots_cpu[1].data()};
   od::step_state state = od::make_step_state(tf::precision::dynamic_loss_scale{});
   tf::precision::loss_scale scale(tf::precision::dynamic_loss_scale{});
   std::int64_t cpu_iterations = 0;
@@ -491,25 +395,23 @@ TEST_CASE("a step table holds each possible update number's values, as the optim
     std::vector<float> g_cpu = g;
     // CPU: train/model.hpp's regularize_and_update.
     const bool finite = tf::precision::unscale_all_finite(g_cpu.data(), g_cpu.size(), scale.scale());
-    if (scale.after_step(finite)) {
-      opt::update_arguments a;
-      a.weights = w_cpu.data();
-      a.grads = g_cpu.data();
-      a.slots = slot_pointers;
-      a.floats = static_cast<std::ptrdiff_t>(scenario_floats);
-      a.tensors = tensors;
-      a.iteration = ++cpu_iterations;
-      o.update(a);
-    }
+    if (scale.after_step(finite)) o.update(arguments(w_cpu, g_cpu, slot_pointers, tensors, ++cpu_iterations));
     // Device: the host does not know about the skips; the table covers them.
     const host_statistics stats = device_statistics(plan, g, &state);
     const auto steps_table = od::step_table_for(o, 1, step + 1);
-    const bool applied = device_apply(plan, w, g, slots, od::clip_options_of(o), stats, state, steps_table);
+    const bool applied = device_apply(plan, w, g, slots, stats, state, steps_table);
     od::finish_step(state, stats.global.all_finite, applied);
     REQUIRE(state.iterations == cpu_iterations);
   }
   CHECK(state.skipped == 2);
-  double worst = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(double{w[i]} - w_cpu[i]));
-  CHECK(worst < 1e-6);
+  // The same functions on the same values, decayed by the plan's chunks. Not
+  // always the same bits: g++ fuses multiply-adds inside a rule differently
+  // in a vectorised loop and in this scalar one.
+  std::size_t beyond = 0;
+  auto compare = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) beyond += std::abs(double{a[i]} - b[i]) > 1e-6 * std::abs(double{b[i]}) + 1e-9;
+  };
+  compare(w, w_cpu);
+  for (std::size_t k = 0; k < slots.size(); ++k) compare(slots[k], slots_cpu[k]);
+  CHECK(beyond == 0);
 }

@@ -226,16 +226,16 @@ TEST_CASE("summary prints Keras's table with every layer and the totals") {
 
 TEST_CASE("sgd, momentum, nesterov and adam follow Keras's update rules") {
   float w = 1.f, v = 0.f;
-  tf::optimizers::sgd::rule{0.1f, 0.f, false}(w, 2.f, v);
+  tf::optimizers::sgd{.learning_rate = 0.1f}.rule(1)(w, 2.f, &v);
   CHECK(w == doctest::Approx(0.8f));
   w = 1.f, v = 0.f;
-  const tf::optimizers::sgd::rule momentum{0.1f, 0.9f, false};
-  momentum(w, 2.f, v);  // v = -0.2, w = 0.8
-  momentum(w, 2.f, v);  // v = -0.18 - 0.2 = -0.38, w = 0.42
+  const auto momentum = tf::optimizers::sgd{.learning_rate = 0.1f, .momentum = 0.9f}.rule(1);
+  momentum(w, 2.f, &v);  // v = -0.2, w = 0.8
+  momentum(w, 2.f, &v);  // v = -0.18 - 0.2 = -0.38, w = 0.42
   CHECK(v == doctest::Approx(-0.38f));
   CHECK(w == doctest::Approx(0.42f));
   w = 1.f, v = 0.f;
-  tf::optimizers::sgd::rule{0.1f, 0.9f, true}(w, 2.f, v);  // v = -0.2; w += 0.9 * -0.2 - 0.2
+  tf::optimizers::sgd{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}.rule(1)(w, 2.f, &v);  // v = -0.2; w += 0.9 * -0.2 - 0.2
   CHECK(w == doctest::Approx(0.62f));
 
   // Adam's first step moves every weight by about lr, whatever the gradient's size.

@@ -3,7 +3,7 @@
 //
 //   Each micro-batch's gradient is added to an accumulator; on every K-th
 //   micro-batch the wrapped optimizer sees the mean of the K gradients and
-//   then clips, decays and updates as usual. Its learning-rate schedule and
+//   then clips, decays and updates as usual (apply_update, update.hpp). Its learning-rate schedule and
 //   the model's iterations() count updates, not micro-batches, so K micro-
 //   batches of B give the same weights as one batch of K * B.
 //
@@ -44,7 +44,10 @@ struct accumulated {
     micro_batches = 0;
     constexpr float mean = 1.f / K;
     backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = sum[i] * mean; });
-    inner.update(a);
+    if constexpr (rule_optimizer<Optimizer>)
+      apply_update(inner, a);  // the same update as without accumulation
+    else
+      inner.update(a);
     return true;
   }
 };

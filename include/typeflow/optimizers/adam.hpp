@@ -10,35 +10,51 @@
 // adamw is adam with decoupled weight decay (default 0.004, as Keras's AdamW),
 // applied as w -= lr * weight_decay * w before the step, to kernels and
 // embeddings only by default.
+//
+// The slots: m, v, and with amsgrad the running maximum of v.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "typeflow/core/host_device.hpp"
 #include "typeflow/optimizers/update.hpp"
 
 namespace typeflow::optimizers {
 
-namespace detail {
+// One element's step. Amsgrad: bool (what the device runs), or
+// std::true_type / std::false_type (visit(), for the CPU's loops).
+template <class Amsgrad = bool>
 struct adam_rule {
-  float step_size, beta_1, beta_2, epsilon;
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& m, float& v) const {
+  float step_size = 0.f, beta_1 = 0.f, beta_2 = 0.f, epsilon = 0.f;
+  Amsgrad amsgrad{};
+
+  TYPEFLOW_HOST_DEVICE auto slots() const { return slots_with<2>(amsgrad); }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    float& m = s[0];
+    float& v = s[1];
     m += (g - m) * (1.f - beta_1);
     v += (g * g - v) * (1.f - beta_2);
-    w -= step_size * m / (std::sqrt(v) + epsilon);
+    if (amsgrad) {
+      float& v_max = s[2];
+      v_max = v_max > v ? v_max : v;
+      w -= step_size * m / (std::sqrt(v_max) + epsilon);
+    } else {
+      w -= step_size * m / (std::sqrt(v) + epsilon);
+    }
   }
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& m, float& v, float& v_max) const {
-    m += (g - m) * (1.f - beta_1);
-    v += (g * g - v) * (1.f - beta_2);
-    v_max = v_max > v ? v_max : v;
-    w -= step_size * m / (std::sqrt(v_max) + epsilon);
+  template <class F>
+  void visit(F&& f) const {
+    with_fixed([&](auto a) { f(adam_rule<decltype(a)>{step_size, beta_1, beta_2, epsilon, a}); }, amsgrad);
   }
 };
 
+namespace detail {
 template <class O>
 void validate_adam(const O& o) {
   check_common_options(o);
@@ -52,25 +68,13 @@ void validate_adam(const O& o) {
   if (!(o.epsilon > 0.f)) throw std::invalid_argument(std::string(O::name) + ": epsilon must be positive");
 }
 
+// The bias corrections folded into the step size, in double, then rounded.
 template <class O>
-void adam_update(const O& o, const update_arguments& a) {
-  const double lr = current_learning_rate(o, a.iteration);
-  clip_gradients(o, a);
-  decay_weights(o, lr, a);
-  const double t = static_cast<double>(a.iteration);
-  const double correction =
-      std::sqrt(1.0 - std::pow(double{o.beta_2}, t)) / (1.0 - std::pow(double{o.beta_1}, t));
-  const adam_rule r{static_cast<float>(lr * correction), o.beta_1, o.beta_2, o.epsilon};
-  float* w = a.weights;
-  const float* g = a.grads;
-  float* m = a.slots[0];
-  float* v = a.slots[1];
-  if (o.amsgrad) {
-    float* v_max = a.slots[2];
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], m[i], v[i], v_max[i]); });
-  } else {
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], m[i], v[i]); });
-  }
+adam_rule<> adam_rule_for(const O& o, std::int64_t iteration) {
+  const double lr = current_learning_rate(o, iteration);
+  const double t = static_cast<double>(iteration);
+  const double correction = std::sqrt(1.0 - std::pow(double{o.beta_2}, t)) / (1.0 - std::pow(double{o.beta_1}, t));
+  return {static_cast<float>(lr * correction), o.beta_1, o.beta_2, o.epsilon, o.amsgrad};
 }
 }  // namespace detail
 
@@ -85,9 +89,10 @@ struct adam {
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
 
   static constexpr std::string_view name = "adam";
-  int slot_count() const { return amsgrad ? 3 : 2; }  // m, v (and the running max of v)
+  int slot_count() const { return amsgrad ? 3 : 2; }
   void validate() const { detail::validate_adam(*this); }
-  void update(const update_arguments& a) const { detail::adam_update(*this, a); }
+  adam_rule<> rule(std::int64_t iteration) const { return detail::adam_rule_for(*this, iteration); }
+  void update(const update_arguments& a) const { apply_update(*this, a); }
 };
 
 struct adamw {
@@ -103,7 +108,8 @@ struct adamw {
   static constexpr std::string_view name = "adamw";
   int slot_count() const { return amsgrad ? 3 : 2; }
   void validate() const { detail::validate_adam(*this); }
-  void update(const update_arguments& a) const { detail::adam_update(*this, a); }
+  adam_rule<> rule(std::int64_t iteration) const { return detail::adam_rule_for(*this, iteration); }
+  void update(const update_arguments& a) const { apply_update(*this, a); }
 };
 
 }  // namespace typeflow::optimizers

@@ -5,6 +5,7 @@
 // a learning rate 3-10x smaller and a decay 3-10x larger than AdamW's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,18 @@
 
 namespace typeflow::optimizers {
 
+// One element's step. The slot: the momentum m.
+struct lion_rule {
+  float lr = 0.f, beta_1 = 0.f, beta_2 = 0.f;
+  TYPEFLOW_HOST_DEVICE auto slots() const { return slots_with<1>(); }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    float& m = s[0];
+    const float c = beta_1 * m + (1.f - beta_1) * g;
+    w -= lr * static_cast<float>((c > 0.f) - (c < 0.f));
+    m = beta_2 * m + (1.f - beta_2) * g;
+  }
+};
+
 struct lion {
   schedules::learning_rate learning_rate = 0.001;
   float beta_1 = 0.9f;
@@ -24,7 +37,7 @@ struct lion {
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
 
   static constexpr std::string_view name = "lion";
-  int slot_count() const { return 1; }  // the momentum m
+  int slot_count() const { return 1; }
 
   void validate() const {
     check_common_options(*this);
@@ -33,26 +46,10 @@ struct lion {
     if (!(beta_2 >= 0.f && beta_2 <= 1.f))
       throw std::invalid_argument("lion: beta_2 must lie in [0, 1] (got " + std::to_string(beta_2) + ")");
   }
-
-  struct rule {
-    float lr, beta_1, beta_2;
-    TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& m) const {
-      const float c = beta_1 * m + (1.f - beta_1) * g;
-      w -= lr * static_cast<float>((c > 0.f) - (c < 0.f));
-      m = beta_2 * m + (1.f - beta_2) * g;
-    }
-  };
-
-  void update(const update_arguments& a) const {
-    const double lr = current_learning_rate(*this, a.iteration);
-    clip_gradients(*this, a);
-    decay_weights(*this, lr, a);
-    const rule r{static_cast<float>(lr), beta_1, beta_2};
-    float* w = a.weights;
-    const float* g = a.grads;
-    float* m = a.slots[0];
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], m[i]); });
+  lion_rule rule(std::int64_t iteration) const {
+    return {static_cast<float>(current_learning_rate(*this, iteration)), beta_1, beta_2};
   }
+  void update(const update_arguments& a) const { apply_update(*this, a); }
 };
 
 }  // namespace typeflow::optimizers

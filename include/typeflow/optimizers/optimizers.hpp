@@ -1,8 +1,11 @@
 // The optimizers, with Keras's rules and defaults. Each is an aggregate of
 // Keras's fields (learning_rate takes a float or any schedule; at most one of
-// clipnorm, clipvalue and global_clipnorm), with validate(), slot_count() and
-// update(update_arguments). Their per-element rules are functors that the
-// CUDA backend's multi-tensor kernel can run as they are.
+// clipnorm, clipvalue and global_clipnorm), with validate(), slot_count(),
+// rule(iteration) (its per-element step, element.hpp) and
+// update(update_arguments), which is apply_update(*this, arguments): the one
+// CPU update (update.hpp). The CUDA backend's multi-tensor kernel runs the
+// same rule (optimizers/device_update.hpp), so an optimizer is one file:
+// fields, validate(), slot_count(), rule() and that one-line update().
 #pragma once
 
 #include <concepts>

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,42 @@
 #include "typeflow/optimizers/update.hpp"
 
 namespace typeflow::optimizers {
+
+// One element's step; the options bool (the device), or std::true_type /
+// std::false_type (visit(), for the CPU's loops). The slots: v, then the
+// momentum p, then the mean gradient a (each only when used).
+template <class Momentum = bool, class Centered = bool>
+struct rmsprop_rule {
+  float lr = 0.f, rho = 0.f, momentum = 0.f, epsilon = 0.f;
+  Momentum has_momentum{};  // momentum > 0
+  Centered centered{};
+
+  TYPEFLOW_HOST_DEVICE auto slots() const { return slots_with<1>(has_momentum, centered); }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    float& v = s[0];
+    v = rho * v + (1.f - rho) * g * g;
+    float step;
+    if (centered) {
+      float& a = s[has_momentum ? 2 : 1];
+      a = rho * a + (1.f - rho) * g;
+      step = lr * g / std::sqrt(v - a * a + epsilon);
+    } else {
+      step = lr * g / std::sqrt(v + epsilon);
+    }
+    if (has_momentum) {
+      float& p = s[1];
+      p = momentum * p + step;
+      w -= p;
+    } else {
+      w -= step;
+    }
+  }
+  template <class F>
+  void visit(F&& f) const {
+    with_fixed([&](auto m, auto c) { f(rmsprop_rule<decltype(m), decltype(c)>{lr, rho, momentum, epsilon, m, c}); },
+               has_momentum, centered);
+  }
+};
 
 struct rmsprop {
   schedules::learning_rate learning_rate = 0.001;
@@ -27,7 +64,6 @@ struct rmsprop {
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
 
   static constexpr std::string_view name = "rmsprop";
-  // v, then the momentum p, then the mean gradient a (each only when used).
   int slot_count() const { return 1 + (momentum > 0.f) + centered; }
 
   void validate() const {
@@ -38,41 +74,10 @@ struct rmsprop {
       throw std::invalid_argument("rmsprop: momentum must lie in [0, 1) (got " + std::to_string(momentum) + ")");
     if (!(epsilon > 0.f)) throw std::invalid_argument("rmsprop: epsilon must be positive");
   }
-
-  struct rule {
-    float lr, rho, momentum, epsilon;
-    TYPEFLOW_HOST_DEVICE float step(float g, float& v) const {
-      v = rho * v + (1.f - rho) * g * g;
-      return lr * g / std::sqrt(v + epsilon);
-    }
-    TYPEFLOW_HOST_DEVICE float centered_step(float g, float& v, float& a) const {
-      v = rho * v + (1.f - rho) * g * g;
-      a = rho * a + (1.f - rho) * g;
-      return lr * g / std::sqrt(v - a * a + epsilon);
-    }
-  };
-
-  void update(const update_arguments& args) const {
-    const double lr = current_learning_rate(*this, args.iteration);
-    clip_gradients(*this, args);
-    decay_weights(*this, lr, args);
-    const rule r{static_cast<float>(lr), rho, momentum, epsilon};
-    float* w = args.weights;
-    const float* g = args.grads;
-    float* v = args.slots[0];
-    float* p = momentum > 0.f ? args.slots[1] : nullptr;
-    float* a = centered ? args.slots[momentum > 0.f ? 2 : 1] : nullptr;
-    const float mom = momentum;
-    backend::cpu::parallel_for(args.floats, [=](std::ptrdiff_t i) {
-      const float step = a ? r.centered_step(g[i], v[i], a[i]) : r.step(g[i], v[i]);
-      if (p) {
-        p[i] = mom * p[i] + step;
-        w[i] -= p[i];
-      } else {
-        w[i] -= step;
-      }
-    });
+  rmsprop_rule<> rule(std::int64_t iteration) const {
+    return {static_cast<float>(current_learning_rate(*this, iteration)), rho, momentum, epsilon, momentum > 0.f, centered};
   }
+  void update(const update_arguments& a) const { apply_update(*this, a); }
 };
 
 }  // namespace typeflow::optimizers

@@ -4,6 +4,7 @@
 //   w -= lr * g                                         (momentum 0)
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,35 @@
 
 namespace typeflow::optimizers {
 
+// One element's step; the options bool (the device), or std::true_type /
+// std::false_type (visit(), for the CPU's loops). The slot: the velocity v,
+// with momentum.
+template <class Momentum = bool, class Nesterov = bool>
+struct sgd_rule {
+  float lr = 0.f, momentum = 0.f;
+  Momentum has_momentum{};  // momentum != 0
+  Nesterov nesterov{};
+
+  TYPEFLOW_HOST_DEVICE auto slots() const { return slots_with<0>(has_momentum); }
+  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
+    if (!has_momentum) {
+      w -= lr * g;
+      return;
+    }
+    float& v = s[0];
+    v = momentum * v - lr * g;
+    if (nesterov)
+      w += momentum * v - lr * g;
+    else
+      w += v;
+  }
+  template <class F>
+  void visit(F&& f) const {
+    with_fixed([&](auto m, auto n) { f(sgd_rule<decltype(m), decltype(n)>{lr, momentum, m, n}); }, has_momentum,
+               nesterov);
+  }
+};
+
 struct sgd {
   schedules::learning_rate learning_rate = 0.01;
   float momentum = 0.f;
@@ -23,38 +53,17 @@ struct sgd {
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
 
   static constexpr std::string_view name = "sgd";
-  int slot_count() const { return momentum == 0.f ? 0 : 1; }  // the velocity v
+  int slot_count() const { return momentum == 0.f ? 0 : 1; }
 
   void validate() const {
     check_common_options(*this);
     if (!(momentum >= 0.f && momentum < 1.f))
       throw std::invalid_argument("sgd: momentum must lie in [0, 1) (got " + std::to_string(momentum) + ")");
   }
-
-  struct rule {
-    float lr, momentum;
-    bool nesterov;
-    TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float& v) const {
-      v = momentum * v - lr * g;
-      w += nesterov ? momentum * v - lr * g : v;
-    }
-  };
-
-  void update(const update_arguments& a) const {
-    const double lr = current_learning_rate(*this, a.iteration);
-    clip_gradients(*this, a);
-    decay_weights(*this, lr, a);
-    float* w = a.weights;
-    const float* g = a.grads;
-    if (momentum == 0.f) {
-      const float step = static_cast<float>(lr);
-      backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { w[i] -= step * g[i]; });
-      return;
-    }
-    const rule r{static_cast<float>(lr), momentum, nesterov};
-    float* v = a.slots[0];
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { r(w[i], g[i], v[i]); });
+  sgd_rule<> rule(std::int64_t iteration) const {
+    return {static_cast<float>(current_learning_rate(*this, iteration)), momentum, momentum != 0.f, nesterov};
   }
+  void update(const update_arguments& a) const { apply_update(*this, a); }
 };
 
 }  // namespace typeflow::optimizers

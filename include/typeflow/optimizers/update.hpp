@@ -1,28 +1,41 @@
-// What every optimizer shares: the parameter table it updates, gradient
-// clipping, and decoupled weight decay, in Keras 3's order:
+// What every optimizer shares on the CPU: the parameter table it updates, the
+// checks of Keras's common options, and apply_update, the one update every
+// optimizer runs. Per element it does what element.hpp says (clip, decay,
+// the optimizer's rule; the CUDA kernel runs the same functions), in one
+// parallel pass over the region:
 //
-//   1. clip the gradients (clipnorm per tensor, clipvalue, or global_clipnorm)
-//   2. decay the weights: w -= lr * weight_decay * w   (where the kind allows)
-//   3. apply the optimizer's own rule, element by element
+//   1. the squared norms clipping needs, in double (per tensor for
+//      clipnorm, their sum in table order for global_clipnorm);
+//   2. one loop per stretch of the region with one clipping factor and one
+//      decay (a tensor, a run of tensors alike, or the padding between),
+//      all inside one OpenMP team; the clipping kind, the decay and the
+//      rule's own options are compile-time in each loop, so g++ vectorises it.
 //
 // The rule runs over the whole parameter region as one flat array: padding
 // and statistics have zero gradients, and each rule leaves a weight with a
 // zero gradient and zero state unchanged (tests check this per optimizer).
+// clipvalue and global_clipnorm clip the padding and statistics too, as
+// Keras clips every gradient it is given; clipnorm and the norms leave the
+// statistics out.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/optimizers/element.hpp"
 #include "typeflow/schedules/schedules.hpp"
 
 namespace typeflow::optimizers {
@@ -83,55 +96,214 @@ void check_common_options(const O& o) {
 }
 
 namespace detail {
+
 inline double squared_norm(const float* g, std::size_t n) {
   double sum = 0;
 #pragma omp parallel for simd reduction(+ : sum) if (n >= 1 << 16)
   for (std::size_t i = 0; i < n; ++i) sum += double{g[i]} * g[i];
   return sum;
 }
-inline void scale(float* g, std::size_t n, float factor) {
-  backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(n), [=](std::ptrdiff_t i) { g[i] *= factor; });
-}
-}  // namespace detail
 
-// Keras's clipping: clip_by_norm per tensor, clip_by_value, or
-// clip_by_global_norm (g * c / max(norm, c), with no epsilon; PyTorch's
-// clip_grad_norm_ divides by norm + 1e-6 instead).
-template <class O>
-void clip_gradients(const O& o, const update_arguments& a) {
-  if (o.clipvalue) {
-    const float limit = *o.clipvalue;
-    float* g = a.grads;
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = std::clamp(g[i], -limit, limit); });
-  } else if (o.clipnorm) {
-    for (const auto& t : a.tensors) {
-      if (t.kind == param_kind::statistic) continue;
-      const double norm = std::sqrt(detail::squared_norm(a.grads + t.offset, t.size));
-      if (norm > *o.clipnorm) detail::scale(a.grads + t.offset, t.size, static_cast<float>(*o.clipnorm / norm));
+// A stretch of the region that one loop covers: one clipping (none, value,
+// or norm: a factor, the tensor's or the global one) and one decay.
+struct update_segment {
+  std::ptrdiff_t begin = 0, end = 0;
+  clip_kind clip = clip_kind::none;
+  float clip_factor = 1.f;
+  bool decays = false;
+  bool same_kind(const update_segment& o) const {
+    return clip == o.clip && clip_factor == o.clip_factor && decays == o.decays;
+  }
+};
+
+// What the segments of one update are cut by.
+struct segment_plan {
+  std::span<const parameter_tensor> tensors;
+  std::span<const std::size_t> order;  // tensors by offset; empty when the table is in order already
+  std::span<const float> tensor_factors;  // clipnorm: each tensor's factor (1: no clip)
+  std::ptrdiff_t floats = 0;
+  clip_options clip;
+  float global_factor = 1.f;  // global_clipnorm's factor (1: no clip)
+  bool decaying = false;      // weight_decay != 0
+  decay_scope scope = decay_scope::all;
+};
+
+// f(segment) over [0, floats) in order, adjacent stretches alike merged.
+// Every thread of the team walks the same segments (their loops are
+// worksharing constructs).
+template <class F>
+void for_each_segment(const segment_plan& p, F&& f) {
+  const bool value = p.clip.kind == clip_kind::value;
+  auto padding = [&](std::ptrdiff_t begin, std::ptrdiff_t end) {
+    update_segment s{begin, end};
+    if (value) s.clip = clip_kind::value;
+    else if (p.global_factor != 1.f) s.clip = clip_kind::norm, s.clip_factor = p.global_factor;
+    return s;
+  };
+  update_segment pending{};
+  auto add = [&](const update_segment& s) {
+    if (s.begin == s.end) return;
+    if (pending.end == s.begin && pending.same_kind(s)) {
+      pending.end = s.end;
+      return;
     }
-  } else if (o.global_clipnorm) {
-    double sum = 0;
-    for (const auto& t : a.tensors)
-      if (t.kind != param_kind::statistic) sum += detail::squared_norm(a.grads + t.offset, t.size);
-    const double norm = std::sqrt(sum);
-    if (norm > *o.global_clipnorm)
-      detail::scale(a.grads, static_cast<std::size_t>(a.floats), static_cast<float>(*o.global_clipnorm / norm));
+    if (pending.begin != pending.end) f(pending);
+    pending = s;
+  };
+  std::ptrdiff_t covered = 0;
+  const std::size_t count = p.tensors.size();
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::size_t index = p.order.empty() ? j : p.order[j];
+    const parameter_tensor& t = p.tensors[index];
+    const auto begin = static_cast<std::ptrdiff_t>(t.offset), end = static_cast<std::ptrdiff_t>(t.offset + t.size);
+    add(padding(covered, begin));
+    update_segment s = padding(begin, end);
+    if (p.clip.kind == clip_kind::norm && t.kind != param_kind::statistic && p.tensor_factors[index] != 1.f)
+      s.clip = clip_kind::norm, s.clip_factor = p.tensor_factors[index];
+    s.decays = p.decaying && decays(p.scope, t.kind);
+    add(s);
+    covered = end;
+  }
+  add(padding(covered, p.floats));
+  if (pending.begin != pending.end) f(pending);
+}
+
+// One element of update_loop. A function of its own, so that s is not a
+// variable of the simd loop: OpenMP would give each lane a copy of it in
+// memory, which the rule's s[k] then reaches by a gather, and g++ gives up
+// vectorising. Inlined here, s becomes registers.
+template <class Rule, class Kind, class Decays, class... Slots>
+inline void update_one(std::ptrdiff_t i, float* w, const float* g, const Rule& rule, Kind clip, float clip_limit,
+                       float clip_factor, Decays decays, float decay_factor, Slots*... slot) {
+  float s[sizeof...(Slots) > 0 ? sizeof...(Slots) : 1];
+  [[maybe_unused]] int j = 0;
+  ((s[j++] = slot[i]), ...);
+  update_element(w[i], g[i], s, rule, clip, clip_limit, clip_factor, decays, decay_factor);
+  [[maybe_unused]] int k = 0;
+  ((slot[i] = s[k++]), ...);
+}
+
+// One segment's elements, inside the team: clip, decay, rule, with the
+// clipping kind, the decay and the rule's options compile-time. Everything
+// the loop reads comes as values (registers), as parallel_for's copies.
+template <class Rule, class Kind, class Decays, class... Slots>
+void update_loop(float* const w, const float* const g, std::ptrdiff_t begin, std::ptrdiff_t end, const Rule rule,
+                 Kind clip, float clip_limit, float clip_factor, Decays decays, float decay_factor, Slots* const... slot) {
+#pragma omp for simd schedule(static) nowait
+  for (std::ptrdiff_t i = begin; i < end; ++i)
+    update_one(i, w, g, rule, clip, clip_limit, clip_factor, decays, decay_factor, slot...);
+}
+
+template <int Slots, class Rule>
+void run_segment(const update_arguments& a, const update_segment& s, const Rule& rule, float clip_limit,
+                 float decay_factor) {
+  auto with_decay = [&](auto kind) {
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      if (s.decays)
+        update_loop(a.weights, a.grads, s.begin, s.end, rule, kind, clip_limit, s.clip_factor, std::true_type{},
+                    decay_factor, a.slots[K]...);
+      else
+        update_loop(a.weights, a.grads, s.begin, s.end, rule, kind, clip_limit, s.clip_factor, std::false_type{},
+                    decay_factor, a.slots[K]...);
+    }(std::make_integer_sequence<int, Slots>{});
+  };
+  switch (s.clip) {
+    case clip_kind::value: with_decay(std::integral_constant<clip_kind, clip_kind::value>{}); break;
+    case clip_kind::none: with_decay(std::integral_constant<clip_kind, clip_kind::none>{}); break;
+    default: with_decay(std::integral_constant<clip_kind, clip_kind::norm>{}); break;
   }
 }
 
-// Decoupled weight decay, before the rule: w -= lr * weight_decay * w.
-template <class O>
-void decay_weights(const O& o, double learning_rate, const update_arguments& a) {
-  if (o.weight_decay == 0.f) return;
-  const float factor = static_cast<float>(1.0 - learning_rate * o.weight_decay);
-  for (const auto& t : a.tensors)
-    if (decays(o.weight_decay_applies_to, t.kind)) detail::scale(a.weights + t.offset, t.size, factor);
+template <int Slots, class Rule>
+void run_update(const update_arguments& a, const segment_plan& plan, const Rule& rule, float decay_factor) {
+#pragma omp parallel if (a.floats >= backend::cpu::parallel_threshold)
+  {
+    const Rule local = rule;  // each thread its own copy, as parallel_for
+    for_each_segment(plan, [&](const update_segment& s) { run_segment<Slots>(a, s, local, plan.clip.limit, decay_factor); });
+  }
 }
 
-// The learning rate for this update: schedules count the updates before it.
-template <class O>
-double current_learning_rate(const O& o, std::int64_t iteration) {
-  return o.learning_rate(iteration - 1);
+template <class Rule>
+void run_rule(const update_arguments& a, const segment_plan& plan, const Rule& rule, float decay_factor) {
+  constexpr int fixed = fixed_slots<Rule>();
+  if constexpr (fixed >= 0) {
+    static_assert(fixed <= max_slots, "an optimizer rule keeps at most optimizers::max_slots slot values");
+    run_update<fixed>(a, plan, rule, decay_factor);
+  } else {
+    switch (static_cast<int>(rule.slots())) {
+      case 0: run_update<0>(a, plan, rule, decay_factor); break;
+      case 1: run_update<1>(a, plan, rule, decay_factor); break;
+      case 2: run_update<2>(a, plan, rule, decay_factor); break;
+      case 3: run_update<3>(a, plan, rule, decay_factor); break;
+      case 4: run_update<4>(a, plan, rule, decay_factor); break;
+      default: throw std::invalid_argument("apply_update: a rule keeps at most optimizers::max_slots slot values");
+    }
+    static_assert(max_slots == 4, "run_rule: one case per slot count");
+  }
+}
+
+// Per-thread scratch for what a step computes but keeps no longer: reused,
+// so that steps after the first allocate nothing.
+template <class T>
+std::vector<T>& scratch(std::size_t n) {
+  thread_local std::vector<T> buffer;
+  buffer.resize(n);
+  return buffer;
+}
+
+}  // namespace detail
+
+// The update every optimizer with a rule runs on the CPU: clip, decay and
+// rule per element (element.hpp), as the CUDA kernel runs them.
+template <rule_optimizer O>
+void apply_update(const O& o, const update_arguments& a) {
+  const step_values<rule_of<O>> values = step_values_for(o, a.iteration);
+  detail::segment_plan plan;
+  plan.tensors = a.tensors;
+  plan.floats = a.floats;
+  plan.clip = clip_options_of(o);
+  plan.decaying = o.weight_decay != 0.f;
+  plan.scope = o.weight_decay_applies_to;
+
+  // The tensors in offset order, inside the region, none overlapping.
+  bool sorted = true;
+  for (std::size_t j = 1; j < a.tensors.size() && sorted; ++j) sorted = a.tensors[j - 1].offset <= a.tensors[j].offset;
+  if (!sorted) {
+    std::vector<std::size_t>& order = detail::scratch<std::size_t>(a.tensors.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return a.tensors[x].offset < a.tensors[y].offset; });
+    plan.order = order;
+  }
+  std::size_t covered = 0;
+  for (std::size_t j = 0; j < a.tensors.size(); ++j) {
+    const parameter_tensor& t = a.tensors[plan.order.empty() ? j : plan.order[j]];
+    if (t.offset < covered || t.offset + t.size > static_cast<std::size_t>(a.floats))
+      throw std::invalid_argument(std::string(O::name) + ": parameter tensors overlap or leave the region");
+    covered = t.offset + t.size;
+  }
+
+  if (plan.clip.kind == clip_kind::norm) {
+    std::vector<float>& factors = detail::scratch<float>(a.tensors.size());
+    for (std::size_t j = 0; j < a.tensors.size(); ++j) {
+      const parameter_tensor& t = a.tensors[j];
+      factors[j] = t.kind == param_kind::statistic
+                       ? 1.f
+                       : norm_clip_factor(detail::squared_norm(a.grads + t.offset, t.size), plan.clip.limit);
+    }
+    plan.tensor_factors = factors;
+  } else if (plan.clip.kind == clip_kind::global_norm) {
+    double sum = 0;
+    for (const auto& t : a.tensors)
+      if (t.kind != param_kind::statistic) sum += detail::squared_norm(a.grads + t.offset, t.size);
+    plan.global_factor = norm_clip_factor(sum, plan.clip.limit);
+  }
+
+  auto run = [&](const auto& rule) { detail::run_rule(a, plan, rule, values.decay_factor); };
+  if constexpr (requires { values.rule.visit(run); })
+    values.rule.visit(run);
+  else
+    run(values.rule);
 }
 
 }  // namespace typeflow::optimizers

@@ -9,7 +9,10 @@
 //   - after growth_steps consecutive finite steps the scale doubles.
 // A fixed scale never changes; a non-finite step is still skipped.
 //
-// model<Net, mixed_float16> runs this state machine in its step (train/model.hpp).
+// The state machine is written once, loss_scale_state::after_step: the CPU
+// model runs it through loss_scale (train/model.hpp), the CUDA backend's
+// finish_step kernel on the step state in device memory
+// (optimizers/device_update.hpp), which extends loss_scale_state.
 #pragma once
 
 #include <cmath>
@@ -17,6 +20,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "typeflow/core/host_device.hpp"
 
 namespace typeflow::precision {
 
@@ -29,51 +34,73 @@ struct fixed_loss_scale {
   float scale = 1.f;
 };
 
+// The state machine's state and its step, plain data for host and device.
+// Value-initialised, it is off (float32: no loss scaling): every step
+// applies, and nothing changes.
+struct loss_scale_state {
+  std::int64_t skipped = 0;          // steps skipped for a non-finite gradient
+  float loss_scale = 1.f;
+  std::int32_t skip_non_finite = 0;  // loss scaling on: a non-finite step is skipped
+  std::int32_t dynamic = 0;          // the scale halves and grows
+  std::int32_t growth_steps = 0;
+  std::int32_t finite_steps = 0;     // consecutive finite steps since the scale last changed
+
+  // Whether a step whose gradients are (not) all finite is applied.
+  TYPEFLOW_HOST_DEVICE bool applies(bool gradients_finite) const { return gradients_finite || !skip_non_finite; }
+
+  // Called once per step with whether every gradient was finite; returns
+  // whether the update is to be applied, and moves the scale on.
+  TYPEFLOW_HOST_DEVICE bool after_step(bool gradients_finite) {
+    if (!skip_non_finite) return true;
+    if (!gradients_finite) {
+      ++skipped;
+      if (dynamic) {
+        loss_scale *= 0.5f;
+        finite_steps = 0;
+      }
+      return false;
+    }
+    if (dynamic && ++finite_steps == growth_steps) {
+      loss_scale *= 2.f;
+      finite_steps = 0;
+    }
+    return true;
+  }
+};
+
 class loss_scale {
  public:
-  explicit loss_scale(dynamic_loss_scale options)
-      : scale_(options.initial_scale), growth_steps_(options.growth_steps), dynamic_(true) {
+  explicit loss_scale(dynamic_loss_scale options) {
     if (!(options.initial_scale > 0.f) || !std::isfinite(options.initial_scale))
       throw std::invalid_argument("dynamic_loss_scale: initial_scale must be positive and finite; got " +
                                   std::to_string(options.initial_scale));
     if (options.growth_steps < 1)
       throw std::invalid_argument("dynamic_loss_scale: growth_steps must be at least 1; got " +
                                   std::to_string(options.growth_steps));
+    state_.loss_scale = options.initial_scale;
+    state_.skip_non_finite = 1;
+    state_.dynamic = 1;
+    state_.growth_steps = options.growth_steps;
   }
-  explicit loss_scale(fixed_loss_scale options) : scale_(options.scale), growth_steps_(0), dynamic_(false) {
+  explicit loss_scale(fixed_loss_scale options) {
     if (!(options.scale > 0.f) || !std::isfinite(options.scale))
       throw std::invalid_argument("fixed_loss_scale: scale must be positive and finite; got " +
                                   std::to_string(options.scale));
+    state_.loss_scale = options.scale;
+    state_.skip_non_finite = 1;
   }
 
-  float scale() const noexcept { return scale_; }
-  std::int64_t skipped_steps() const noexcept { return skipped_; }
-  bool dynamic() const noexcept { return dynamic_; }
+  float scale() const noexcept { return state_.loss_scale; }
+  std::int64_t skipped_steps() const noexcept { return state_.skipped; }
+  bool dynamic() const noexcept { return state_.dynamic != 0; }
+  const loss_scale_state& state() const noexcept { return state_; }
 
   // Called once per step with whether every gradient was finite; returns
   // whether the update is to be applied, and moves the scale on.
-  bool after_step(bool gradients_finite) noexcept {
-    if (!gradients_finite) {
-      ++skipped_;
-      if (dynamic_) {
-        scale_ *= 0.5f;
-        finite_steps_ = 0;
-      }
-      return false;
-    }
-    if (dynamic_ && ++finite_steps_ == growth_steps_) {
-      scale_ *= 2.f;
-      finite_steps_ = 0;
-    }
-    return true;
-  }
+  bool after_step(bool gradients_finite) noexcept { return state_.after_step(gradients_finite); }
 
  private:
-  float scale_;
-  int growth_steps_;
-  bool dynamic_;
-  int finite_steps_ = 0;
-  std::int64_t skipped_ = 0;
+  loss_scale_state state_;
 };
 
 // Whether all n values are finite (no inf, no NaN): one pass, vectorisable.

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "typeflow/backend/cuda/elementwise.cuh"
@@ -48,7 +50,7 @@ class device_optimizer_base {
 
 template <class Optimizer>
 class device_optimizer final : public device_optimizer_base {
-  using rule = optimizers::device::rule_of<Optimizer>;
+  using rule = optimizers::rule_of<Optimizer>;
   using table_type = optimizers::device::step_table<rule>;
 
  public:
@@ -61,8 +63,12 @@ class device_optimizer final : public device_optimizer_base {
         tensor_norms_(sizeof(double) * (plan_.tensor_count() ? plan_.tensor_count() : 1)),
         state_(sizeof(optimizers::device::step_state)),
         table_(sizeof(table_type)),
-        clip_(optimizers::device::clip_options_of(o)),
+        clip_(optimizers::clip_options_of(o)),
         slots_(o.slot_count()) {
+    if (slots_ > optimizers::max_slots)
+      throw std::invalid_argument(std::string("compile on tf::cuda: ") + std::string(Optimizer::name) + " keeps " +
+                                  std::to_string(slots_) + " slots per weight; the update kernel takes at most " +
+                                  std::to_string(optimizers::max_slots));
     reset_state(initial);
   }
 
@@ -81,7 +87,7 @@ class device_optimizer final : public device_optimizer_base {
     float* weights = reinterpret_cast<float*>(arena);
     float* grads = reinterpret_cast<float*>(arena + gradients_offset);
     slot_pointers slots;
-    for (int s = 0; s < slots_ && s < 3; ++s)
+    for (int s = 0; s < slots_ && s < optimizers::max_slots; ++s)
       slots.slot[s] = reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(s)]);
     auto* statistics = statistics_.template data<optimizers::device::gradient_statistics>();
     auto* state = state_.template data<optimizers::device::step_state>();
@@ -96,22 +102,27 @@ class device_optimizer final : public device_optimizer_base {
   Optimizer optimizer_;
   device_update_plan plan_;
   device_buffer workspace_, statistics_, tensor_norms_, state_, table_;
-  optimizers::device::clip_options clip_;
+  optimizers::clip_options clip_;
   int slots_;
 };
 
-// The optimizers with a device rule: sgd, adam, adamw, lion, rmsprop.
+// Any optimizer that gives its per-element rule (optimizers::rule_optimizer:
+// rule(iteration), the learning rate, weight decay and clipping options):
+// the kernel runs that rule, so an optimizer needs no code of its own here.
 template <class Optimizer>
 std::unique_ptr<device_optimizer_base> make_device_optimizer(const Optimizer& o,
                                                              std::span<const optimizers::parameter_tensor> tensors,
                                                              std::size_t floats,
                                                              const optimizers::device::step_state& initial) {
-  static_assert(std::is_same_v<Optimizer, optimizers::sgd> || std::is_same_v<Optimizer, optimizers::adam> ||
-                    std::is_same_v<Optimizer, optimizers::adamw> || std::is_same_v<Optimizer, optimizers::lion> ||
-                    std::is_same_v<Optimizer, optimizers::rmsprop>,
-                "compile on tf::cuda: the optimizer runs as one multi-tensor kernel, which exists for sgd, adam, "
-                "adamw, lion and rmsprop (gradient accumulation is not on the GPU yet)");
-  return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats, initial);
+  if constexpr (!optimizers::rule_optimizer<Optimizer>) {
+    static_assert(optimizers::rule_optimizer<Optimizer>,
+                  "compile on tf::cuda: the optimizer runs as one multi-tensor kernel over its per-element rule, and "
+                  "this one gives no rule(iteration) (see optimizers/element.hpp; gradient accumulation is not on the "
+                  "GPU yet)");
+    return nullptr;
+  } else {
+    return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats, initial);
+  }
 }
 
 }  // namespace typeflow::backend::cuda

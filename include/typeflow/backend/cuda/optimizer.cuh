@@ -6,7 +6,8 @@
 //                        reduction in double with a fixed order (no atomics),
 //                        so the same gradients give the same bits every run
 //   apply_update<Rule>   one kernel: skip (non-finite under loss scaling), or
-//                        clip, decay, rule per element (update.hpp's order)
+//                        update_element (clip, decay, rule; element.hpp, the
+//                        CPU's own functions) per element
 //   finish_step          loss-scale state machine, update counter, and the
 //                        step's report into pinned host memory
 //
@@ -41,6 +42,7 @@
 namespace typeflow::backend::cuda {
 
 namespace optimizer_device = typeflow::optimizers::device;
+namespace optimizer_rules = typeflow::optimizers;  // the rules and per-element functions both backends run
 
 inline constexpr unsigned optimizer_threads = 256;  // per block of the chunk kernels
 inline constexpr unsigned statistics_finish_threads = 1024;
@@ -84,7 +86,7 @@ class device_update_plan {
 };
 
 struct slot_pointers {
-  float* slot[3] = {nullptr, nullptr, nullptr};  // the rule's slots in order; unused ones null
+  float* slot[optimizers::max_slots] = {};  // the rule's slots in order; unused ones null
 };
 
 namespace detail {
@@ -196,7 +198,7 @@ template <class Rule>
 struct step_source {
   const optimizer_device::step_state* state = nullptr;       // null: skip by skip_non_finite below
   const optimizer_device::step_table<Rule>* table = nullptr;  // null: `values`
-  optimizer_device::step_values<Rule> values{};
+  optimizer_rules::step_values<Rule> values{};
   std::int32_t skip_non_finite = 0;
 };
 
@@ -205,17 +207,18 @@ __device__ __forceinline__ float4 from_array(const float (&a)[4]) { return make_
 
 template <class Rule>
 __global__ void apply_update_kernel(float* weights, const float* grads, slot_pointers slots, update_plan_view plan,
-                                    optimizer_device::clip_options clip,
+                                    optimizer_rules::clip_options clip,
                                     const optimizer_device::gradient_statistics* statistics,
                                     const double* tensor_squared_norms, step_source<Rule> source, bool vector) {
-  using optimizer_device::clip_kind;
+  using optimizer_rules::clip_kind;
+  constexpr int most = optimizer_rules::max_slots;
   const bool finite = statistics->all_finite != 0;
-  optimizer_device::step_values<Rule> values = source.values;
+  optimizer_rules::step_values<Rule> values = source.values;
   if (source.state) {
     const optimizer_device::step_state state = *source.state;
     if (!optimizer_device::update_applies(state, finite)) return;
     if (source.table) {
-      const optimizer_device::step_values<Rule>* found = source.table->find(state.iterations + 1);
+      const optimizer_rules::step_values<Rule>* found = source.table->find(state.iterations + 1);
       if (!found) return;  // finish_step records the miss
       values = *found;
     }
@@ -224,48 +227,52 @@ __global__ void apply_update_kernel(float* weights, const float* grads, slot_poi
   }
   const int slot_count = values.rule.slots();
   const float global_factor =
-      clip.kind == clip_kind::global_norm ? optimizer_device::norm_clip_factor(statistics->squared_norm, clip.limit) : 1.f;
+      clip.kind == clip_kind::global_norm ? optimizer_rules::norm_clip_factor(statistics->squared_norm, clip.limit) : 1.f;
   for (std::uint32_t c = blockIdx.x; c < plan.chunk_count; c += gridDim.x) {
     const optimizer_device::chunk ch = plan.chunks[c];
     bool decays = false;
     float factor = clip.kind == clip_kind::norm ? 1.f : global_factor;  // padding: clipnorm leaves it alone
     if (ch.tensor >= 0) {
       const optimizer_device::tensor_entry t = plan.tensors[ch.tensor];
-      decays = t.decays != 0;
+      decays = t.decays != 0 && values.decay_factor != 1.f;  // weight_decay 0: no decay, as on the CPU
       if (clip.kind == clip_kind::norm && t.normed)
-        factor = optimizer_device::norm_clip_factor(tensor_squared_norms[ch.tensor], clip.limit);
+        factor = optimizer_rules::norm_clip_factor(tensor_squared_norms[ch.tensor], clip.limit);
     }
     const vector_plan vp = vector ? split_from(ch.begin, ch.length, 4) : vector_plan{ch.length, 0, 0, 4};
     for (std::size_t v = threadIdx.x; v < vp.vectors; v += blockDim.x) {
       const std::size_t e = ch.begin + vp.vector_index(v);
-      float w[4], g[4], s[3][4] = {};
+      float w[4], g[4], s[most][4] = {};
       to_array(*reinterpret_cast<const float4*>(weights + e), w);
       to_array(*reinterpret_cast<const float4*>(grads + e), g);
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < most; ++k)
         if (k < slot_count) to_array(*reinterpret_cast<const float4*>(slots.slot[k] + e), s[k]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        float element_slots[3] = {s[0][j], s[1][j], s[2][j]};
-        optimizer_device::update_element(w[j], g[j], element_slots, values, clip.kind, clip.limit, factor, decays);
+        float element_slots[most];
 #pragma unroll
-        for (int k = 0; k < 3; ++k) s[k][j] = element_slots[k];
+        for (int k = 0; k < most; ++k) element_slots[k] = s[k][j];
+        optimizer_rules::update_element(w[j], g[j], element_slots, values.rule, clip.kind, clip.limit, factor, decays,
+                                        values.decay_factor);
+#pragma unroll
+        for (int k = 0; k < most; ++k) s[k][j] = element_slots[k];
       }
       *reinterpret_cast<float4*>(weights + e) = from_array(w);
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < most; ++k)
         if (k < slot_count) *reinterpret_cast<float4*>(slots.slot[k] + e) = from_array(s[k]);
     }
     for (std::size_t j = threadIdx.x; j < vp.scalars(); j += blockDim.x) {
       const std::size_t e = ch.begin + vp.scalar_index(j);
-      float w = weights[e], s[3] = {0.f, 0.f, 0.f};
+      float w = weights[e], s[most] = {};
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < most; ++k)
         if (k < slot_count) s[k] = slots.slot[k][e];
-      optimizer_device::update_element(w, grads[e], s, values, clip.kind, clip.limit, factor, decays);
+      optimizer_rules::update_element(w, grads[e], s, values.rule, clip.kind, clip.limit, factor, decays,
+                                      values.decay_factor);
       weights[e] = w;
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < most; ++k)
         if (k < slot_count) slots.slot[k][e] = s[k];
     }
   }
@@ -300,13 +307,13 @@ inline unsigned chunk_blocks(std::uint32_t chunks) {
 
 template <class Rule>
 void launch_apply_update(float* weights, const float* grads, slot_pointers slots, const device_update_plan& plan,
-                         optimizer_device::clip_options clip, const optimizer_device::gradient_statistics* statistics,
+                         optimizer_rules::clip_options clip, const optimizer_device::gradient_statistics* statistics,
                          const double* tensor_squared_norms, const step_source<Rule>& source, cudaStream_t stream) {
   const update_plan_view& view = plan.view();
   if (view.chunk_count == 0) return;
   if (!weights || !grads || !statistics)
     throw std::invalid_argument("typeflow cuda apply_update: weights, gradients and statistics are required");
-  if (clip.kind == optimizer_device::clip_kind::norm && !tensor_squared_norms)
+  if (clip.kind == optimizer_rules::clip_kind::norm && !tensor_squared_norms)
     throw std::invalid_argument("typeflow cuda apply_update: clipnorm needs the per-tensor squared norms "
                                 "(pass tensor_squared_norms to gradient_statistics and here)");
   bool vector = aligned16(weights) && aligned16(grads);
@@ -375,7 +382,7 @@ inline void gradient_statistics(float* grads, const device_update_plan& plan, fl
 // them, in the rule's order (the CPU optimizer's slot order).
 template <class Rule>
 void apply_update(float* weights, const float* grads, slot_pointers slots, const device_update_plan& plan,
-                  optimizer_device::clip_options clip, const optimizer_device::gradient_statistics* statistics,
+                  optimizer_rules::clip_options clip, const optimizer_device::gradient_statistics* statistics,
                   const double* tensor_squared_norms, const optimizer_device::step_state* state,
                   const optimizer_device::step_table<Rule>* table, cudaStream_t stream) {
   if (!state || !table) throw std::invalid_argument("typeflow cuda apply_update: state and table are required");
@@ -389,8 +396,8 @@ void apply_update(float* weights, const float* grads, slot_pointers slots, const
 // for eager (uncaptured) use; a captured graph would replay these values.
 template <class Rule>
 void apply_update(float* weights, const float* grads, slot_pointers slots, const device_update_plan& plan,
-                  optimizer_device::clip_options clip, const optimizer_device::gradient_statistics* statistics,
-                  const double* tensor_squared_norms, const optimizer_device::step_values<Rule>& values,
+                  optimizer_rules::clip_options clip, const optimizer_device::gradient_statistics* statistics,
+                  const double* tensor_squared_norms, const optimizer_rules::step_values<Rule>& values,
                   bool skip_non_finite, cudaStream_t stream) {
   for (int k = 0; k < values.rule.slots(); ++k)
     if (!slots.slot[k]) throw std::invalid_argument("typeflow cuda apply_update: slot " + std::to_string(k) + " is null");
