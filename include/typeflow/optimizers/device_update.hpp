@@ -1,16 +1,18 @@
-// The optimizer update as the CUDA backend runs it, in plain C++ (no CUDA
-// headers): the layout the kernels walk, the per-element formulas, the rule
-// adaptors over the optimizers' own functors, the per-step constants and
-// the step state, whose loss scale moves by precision::loss_scale_state's
-// state machine (the CPU's own). backend/cuda/optimizer.cuh launches these;
-// tests/unit/cuda_shared_math_test.cpp checks them against the CPU path
-// (clip_gradients, decay_weights, each optimizer's update, loss_scale).
+// What the CUDA backend's optimizer step needs beyond the shared update, in
+// plain C++ (no CUDA headers): the layout its kernels walk (the update plan's
+// chunks), the statistics they reduce into, the per-step constants in device
+// memory (step tables) and the step state (update counter, loss scale).
+// The arithmetic itself is the CPU's: each optimizer's rule(iteration), the
+// per-element clip, decay and update_element and the clipping factors
+// (element.hpp), and loss-scale state machine (precision/loss_scale.hpp).
+// backend/cuda/optimizer.cuh launches the kernels;
+// tests/unit/cuda_shared_math_test.cpp checks the layouts.
 //
 // One step on the device, every piece capturable in a CUDA graph:
 //   1. gradient_statistics: unscale by step_state::inverse_loss_scale, the
 //      all-finite flag, squared norms (global and per tensor), one pass;
 //   2. apply_update: skips when loss scaling is on and a gradient was not
-//      finite; else clip, decay, rule, element by element;
+//      finite; else update_element on every element;
 //   3. finish_step: the loss-scale state machine and the update counter
 //      (as train/model.hpp advances them), and a report for the host.
 // The learning-rate-dependent constants reach the kernels through a
@@ -30,7 +32,8 @@
 #include <vector>
 
 #include "typeflow/core/host_device.hpp"
-#include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/optimizers/element.hpp"
+#include "typeflow/optimizers/update.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 
 namespace typeflow::optimizers::device {
@@ -46,7 +49,7 @@ struct tensor_entry {
   std::uint64_t size = 0;
   std::uint32_t first_chunk = 0;  // its chunks are [first_chunk, first_chunk + chunk_count)
   std::uint32_t chunk_count = 0;
-  std::uint32_t normed = 0;  // counts in norms and clipnorm (not a statistic), as clip_gradients
+  std::uint32_t normed = 0;  // counts in norms and clipnorm (not a statistic), as apply_update
   std::uint32_t decays = 0;  // weight decay applies (decays(scope, kind))
 };
 
@@ -116,141 +119,9 @@ TYPEFLOW_HOST_DEVICE bool is_finite_bits(float x) {
   return (std::bit_cast<std::uint32_t>(x) & 0x7f800000u) != 0x7f800000u;
 }
 
-// Keras's clip_by_norm / clip_by_global_norm factor, as update.hpp computes
-// it: the norm in double, limit / norm in double rounded to float, and
-// nothing at all (1) at or below the limit.
-TYPEFLOW_HOST_DEVICE float norm_clip_factor(double squared_norm, float limit) {
-  const double norm = std::sqrt(squared_norm);
-  return norm > limit ? static_cast<float>(limit / norm) : 1.f;
-}
-
 // ---------------------------------------------------------------------------
-// Clipping and decay, per element.
-
-enum class clip_kind : std::int32_t { none, value, norm, global_norm };
-
-struct clip_options {
-  clip_kind kind = clip_kind::none;
-  float limit = 0.f;
-};
-
-template <class O>
-clip_options clip_options_of(const O& o) {
-  if (o.clipvalue) return {clip_kind::value, *o.clipvalue};
-  if (o.clipnorm) return {clip_kind::norm, *o.clipnorm};
-  if (o.global_clipnorm) return {clip_kind::global_norm, *o.global_clipnorm};
-  return {};
-}
-
-// factor: norm_clip_factor of the element's tensor (clipnorm) or of the
-// whole region (global_clipnorm); 1 leaves g untouched, as the CPU does.
-TYPEFLOW_HOST_DEVICE float clip_gradient(float g, clip_kind kind, float limit, float factor) {
-  if (kind == clip_kind::value) return g < -limit ? -limit : (limit < g ? limit : g);  // std::clamp's order
-  if (factor != 1.f) return g * factor;
-  return g;
-}
-
-// The float decay_weights multiplies by: 1 - lr * weight_decay in double.
-inline float decay_factor(double learning_rate, float weight_decay) {
-  return weight_decay == 0.f ? 1.f : static_cast<float>(1.0 - learning_rate * weight_decay);
-}
-
-TYPEFLOW_HOST_DEVICE float decay_weight(float w, bool decays, float factor) { return decays && factor != 1.f ? w * factor : w; }
-
-// ---------------------------------------------------------------------------
-// The rules, over the optimizers' own functors, behind one interface:
-// slots() of them, and (w, g, s) with s[k] slot k's value of the element.
-
-struct adam_step {
-  optimizers::detail::adam_rule rule;
-  std::int32_t amsgrad;
-  TYPEFLOW_HOST_DEVICE int slots() const { return amsgrad ? 3 : 2; }
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
-    if (amsgrad)
-      rule(w, g, s[0], s[1], s[2]);
-    else
-      rule(w, g, s[0], s[1]);
-  }
-};
-
-struct sgd_step {
-  sgd::rule rule;
-  TYPEFLOW_HOST_DEVICE int slots() const { return rule.momentum == 0.f ? 0 : 1; }
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
-    if (rule.momentum == 0.f)
-      w -= rule.lr * g;  // sgd::update's momentum-free loop
-    else
-      rule(w, g, s[0]);
-  }
-};
-
-struct lion_step {
-  lion::rule rule;
-  TYPEFLOW_HOST_DEVICE int slots() const { return 1; }
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const { rule(w, g, s[0]); }
-};
-
-// rmsprop::update's loop: slots v, then p (momentum), then a (centered).
-struct rmsprop_step {
-  rmsprop::rule rule;
-  std::int32_t centered;
-  TYPEFLOW_HOST_DEVICE int slots() const { return 1 + (rule.momentum > 0.f) + (centered != 0); }
-  TYPEFLOW_HOST_DEVICE void operator()(float& w, float g, float* s) const {
-    const bool has_p = rule.momentum > 0.f;
-    const float step = centered ? rule.centered_step(g, s[0], s[has_p ? 2 : 1]) : rule.step(g, s[0]);
-    if (has_p) {
-      s[1] = rule.momentum * s[1] + step;
-      w -= s[1];
-    } else {
-      w -= step;
-    }
-  }
-};
-
-// The rule of update number `iteration` (1-based), with the constants each
-// optimizer's update() computes, the same way (double, then float).
-template <class O>
-  requires std::same_as<O, adam> || std::same_as<O, adamw>
-adam_step rule_for(const O& o, std::int64_t iteration) {
-  const double lr = current_learning_rate(o, iteration);
-  const double t = static_cast<double>(iteration);
-  const double correction = std::sqrt(1.0 - std::pow(double{o.beta_2}, t)) / (1.0 - std::pow(double{o.beta_1}, t));
-  return {{static_cast<float>(lr * correction), o.beta_1, o.beta_2, o.epsilon}, o.amsgrad};
-}
-inline sgd_step rule_for(const sgd& o, std::int64_t iteration) {
-  return {{static_cast<float>(current_learning_rate(o, iteration)), o.momentum, o.nesterov}};
-}
-inline lion_step rule_for(const lion& o, std::int64_t iteration) {
-  return {{static_cast<float>(current_learning_rate(o, iteration)), o.beta_1, o.beta_2}};
-}
-inline rmsprop_step rule_for(const rmsprop& o, std::int64_t iteration) {
-  return {{static_cast<float>(current_learning_rate(o, iteration)), o.rho, o.momentum, o.epsilon}, o.centered};
-}
-
-template <class O>
-using rule_of = decltype(rule_for(std::declval<const O&>(), std::int64_t{1}));
-
-// What one update needs that changes from step to step.
-template <class Rule>
-struct step_values {
-  Rule rule;
-  float decay_factor = 1.f;  // decay_factor(lr, weight_decay)
-};
-
-template <class O>
-step_values<rule_of<O>> step_values_for(const O& o, std::int64_t iteration) {
-  return {rule_for(o, iteration), decay_factor(current_learning_rate(o, iteration), o.weight_decay)};
-}
-
-// One element of apply_update: clip, decay, rule (update.hpp's order).
-template <class Rule>
-TYPEFLOW_HOST_DEVICE void update_element(float& w, float g, float* s, const step_values<Rule>& values, clip_kind clip,
-                                         float limit, float clip_factor, bool decays) {
-  g = clip_gradient(g, clip, limit, clip_factor);
-  w = decay_weight(w, decays, values.decay_factor);
-  values.rule(w, g, s);
-}
-
+// The per-step values: the rule and the decay factor (step_values).
+//
 // Steps whose update number the host cannot know yet: under loss scaling a
 // skipped step does not count (train/model.hpp), and the host learns of a
 // skip only when that step's report comes back. So it writes the values of
@@ -280,7 +151,9 @@ struct step_table {
   }
 };
 
-template <class O>
+// The values of update numbers first_iteration .. + count - 1, as
+// apply_update computes them on the CPU (step_values_for).
+template <rule_optimizer O>
 step_table<rule_of<O>> step_table_for(const O& o, std::int64_t first_iteration, int count) {
   if (count < 1 || count > step_table_capacity)
     throw std::invalid_argument("step_table_for: count must lie in [1, " + std::to_string(step_table_capacity) +
