@@ -14,7 +14,8 @@
 // copyable functor with the per-step constants already computed on the host
 // (Adam's bias-corrected step size, in double and then rounded to float),
 // `slots()` (how many slot values it reads and writes, at most max_slots),
-// and `operator()(float& w, float g, float* s) const`. Options a rule
+// and `operator()(float& w, float g, float* s) const`, both
+// TYPEFLOW_HOST_DEVICE so that the CUDA kernel can run them. Options a rule
 // branches on (Adam's amsgrad, SGD's momentum) are plain bools in the rule
 // the device runs; a rule may offer `visit(f)`, calling f with a copy whose
 // options are std::true_type / std::false_type, so that the CPU's loops hold
