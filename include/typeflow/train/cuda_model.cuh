@@ -140,7 +140,7 @@ class model<Network, Policy, Strategy, cuda> {
       throw std::invalid_argument("compile on tf::cuda: sparse_categorical_crossentropy needs from_logits = true "
                                   "(the fused kernel takes logits; end the network with a dense layer, no softmax)");
     download_weights();
-    host_.compile(optimizer, std::move(loss), std::move(metrics)...);
+    training_.compile(optimizer, std::move(loss), std::move(metrics)...);
     initial_state_.iterations = 0;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
@@ -157,77 +157,15 @@ class model<Network, Policy, Strategy, cuda> {
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
-    host_model::template check_batch_type<batch_type>();
-    host_.require_compiled("fit");
-    host_.template check_label_form<batch_type>("fit");
+    training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("fit");
+    training_.template check_label_form<batch_type>("fit");
     static_assert(std::is_same_v<typename batch_type::label_value, std::int32_t>,
                   "fit on tf::cuda: the fused loss takes int32 class ids");
     constexpr int shard = shard_of<batch_type::size>();
     prepare_programs<shard>();
-    history result;
-    history_recorder recorder{result};
-    std::unique_ptr<progress_bar> bar;
-    if (!is_chief()) options.verbose = 0;  // one progress bar per job, the chief's
-    if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
-    if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
-    std::vector<callback*> callbacks;
-    if (bar) callbacks.push_back(bar.get());
-    callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
-    callbacks.push_back(&recorder);
-
-    const std::int64_t full_batches = train.cardinality() < 0 ? -1 : host_model::full_batch_count(train);
-    logs step_logs, epoch_logs;
-    for (auto* c : callbacks) c->on_train_begin();
-    for (int epoch = 0; epoch < options.epochs; ++epoch) {
-      const epoch_info info{epoch, options.epochs, full_batches};
-      for (auto* c : callbacks) c->on_epoch_begin(info);
-      host_.reset_metrics();
-      auto cursor = train.open(static_cast<std::uint64_t>(host_.epoch_counter_++));
-      std::int64_t step = 0;
-      using clock = std::chrono::steady_clock;
-      clock::duration waited{}, stepped{};
-      // Batch k + 1 is read and copied while step k computes.
-      batch_type batch;
-      auto asked = clock::now();
-      bool have = cursor.next(batch) && batch.valid == batch_type::size;
-      int parity = 0;
-      if (have) stage<shard>(batch, parity);
-      while (have) {
-        const auto received = clock::now();
-        waited += received - asked;
-        launch_train_step<shard>(parity);
-        asked = clock::now();
-        const bool next = cursor.next(batch) && batch.valid == batch_type::size;
-        if (next) stage<shard>(batch, 1 - parity);
-        const auto staged = clock::now();
-        waited += staged - asked;
-        finish_train_step<shard>(parity);
-        ++step;
-        stepped += clock::now() - staged;
-        host_.fill_logs(step_logs, "");
-        if constexpr (loss_scaling) {  // mixed_float16: Keras's LossScaleOptimizer state
-          step_logs.set("loss_scale", loss_scale());
-          step_logs.set("skipped_steps", static_cast<double>(skipped_steps()));
-        }
-        step_logs.set("learning_rate", host_.optimizer_->learning_rate(host_.iterations_ + 1));
-        step_logs.set("input_wait_fraction",
-                      std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
-        for (auto* c : callbacks) c->on_batch_end(step, step_logs);
-        have = next;
-        parity = 1 - parity;
-        asked = clock::now();
-      }
-      if (step == 0)
-        throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
-                                    std::to_string(batch_type::size) + " samples to train on");
-      epoch_logs = step_logs;
-      if (options.validation_data) {
-        run_evaluation(options.validation_data);
-        host_.fill_logs(epoch_logs, "val_");
-      }
-      for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
-    }
-    for (auto* c : callbacks) c->on_train_end(epoch_logs);
+    fit_steps<batch_type, shard> steps{*this};
+    history result = fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
     download_weights();
     return result;
   }
@@ -236,9 +174,9 @@ class model<Network, Policy, Strategy, cuda> {
   template <int N, class Features, class Label>
   double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
     using batch_type = data::batch_of<N, Features, Label>;
-    host_model::template check_batch_type<batch_type>();
-    host_.require_compiled("train_on_batch");
-    host_.template check_label_form<batch_type>("train_on_batch");
+    training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("train_on_batch");
+    training_.template check_label_form<batch_type>("train_on_batch");
     if (batch.valid != N)
       throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
                                   std::to_string(N) + " samples; training steps take full batches");
@@ -254,12 +192,12 @@ class model<Network, Policy, Strategy, cuda> {
   template <data::batched_dataset Dataset>
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    host_model::template check_batch_type<batch_type>();
-    host_.require_compiled("evaluate");
-    host_.template check_label_form<batch_type>("evaluate");
+    training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("evaluate");
+    training_.template check_label_form<batch_type>("evaluate");
     run_evaluation(data);
     logs results;
-    host_.fill_logs(results, "");
+    training_.fill_logs(results, "");
     evaluation out;
     for (const auto& entry : results) out.emplace(std::string(entry.name), entry.value);
     return out;
@@ -270,7 +208,7 @@ class model<Network, Policy, Strategy, cuda> {
   template <data::batched_dataset Dataset>
   std::vector<float> predict(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    host_model::template check_batch_type<batch_type>();
+    training_state<Net>::template check_batch_type<batch_type>();
     constexpr int N = batch_type::size;
     auto& r = *replicas_[0];
     auto& program = r.template program_for<N>(*this);
@@ -325,7 +263,7 @@ class model<Network, Policy, Strategy, cuda> {
     TYPEFLOW_CUDA_CHECK(cudaMemcpy(out.data(), rep.arena.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
     return out;
   }
-  std::int64_t iterations() const { return host_.iterations_; }
+  std::int64_t iterations() const { return training_.iterations; }
   int device(int r = 0) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
   // Replica 0's device arena in bytes (0 before the first step).
   std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
@@ -346,6 +284,25 @@ class model<Network, Policy, Strategy, cuda> {
   std::int64_t skipped_steps() const { return loss_scaling ? replicas_[0]->state_mirror()->skipped : 0; }
 
  private:
+  // fit_loop's steps on the GPUs: launch enqueues step k (one graph replay,
+  // or the replicas' work with the all-reduce in between) and returns; the
+  // loop stages batch k + 1 while it runs; finish waits for it.
+  template <class Batch, int Shard>
+  struct fit_steps {
+    model& m;
+    void stage(const Batch& batch, int parity) { m.template stage<Shard>(batch, parity); }
+    void launch(int parity) { m.template launch_train_step<Shard>(parity); }
+    void finish(int parity) { m.template finish_train_step<Shard>(parity); }
+    void validate(const data::any_dataset<Batch>& data) { m.run_evaluation(data); }
+    float loss_scale() const { return m.loss_scale(); }
+    std::int64_t skipped_steps() const { return m.skipped_steps(); }
+  };
+
+  // Where the step region starts: after the parameters, gradients and slots.
+  std::size_t step_base() const {
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
+  }
+
   struct staging_buffers {
     backend::cuda::pinned_buffer host;
     backend::cuda::device_buffer device;
@@ -412,7 +369,7 @@ class model<Network, Policy, Strategy, cuda> {
       if (!program || program_batch != N) {
         backend::cuda::device_guard on(device);
         using plan = memory_plan<Net, N, 0>;
-        const std::size_t step_base = m.host_.step_base();
+        const std::size_t step_base = m.step_base();
         const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
         if (arena.size() < total) {
           backend::cuda::device_buffer grown(total);
@@ -519,12 +476,12 @@ class model<Network, Policy, Strategy, cuda> {
   // N > 1, the same work enqueued eagerly with the all-reduce in between.
   template <int Shard>
   void launch_train_step(int parity) {
-    ++host_.run_.step;
+    ++steps_;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       r->staging[static_cast<std::size_t>(parity)].copied.wait_on(r->compute.get());
-      r->step_host.template data<backend::cuda::step_values>()->step = host_.run_.step;
-      r->optimizer->prepare(host_.iterations_ + 1, r->compute.get());
+      r->step_host.template data<backend::cuda::step_values>()->step = steps_;
+      r->optimizer->prepare(training_.iterations + 1, r->compute.get());
     }
     if constexpr (replica_count == 1 && !across_processes) {
       auto& r = *replicas_[0];
@@ -592,7 +549,7 @@ class model<Network, Policy, Strategy, cuda> {
 
   std::array<std::size_t, 8> slot_offsets() const {
     std::array<std::size_t, 8> offsets{};
-    for (int s = 0; s < host_.slots_ && s < 8; ++s) offsets[static_cast<std::size_t>(s)] = plan0::slot_offset(s);
+    for (int s = 0; s < training_.slots && s < 8; ++s) offsets[static_cast<std::size_t>(s)] = plan0::slot_offset(s);
     return offsets;
   }
 
@@ -623,12 +580,12 @@ class model<Network, Policy, Strategy, cuda> {
       for (int i = 0; i < rows; ++i) sum += r->results()[i];
       loss += sum / rows / replica_count;
     }
-    host_.iterations_ = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
-    host_.loss_mean_.update(loss, Shard * replica_count);
+    training_.iterations = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
+    training_.loss_mean.update(loss, Shard * replica_count);
     host_stale_ = true;
     // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
     for (auto& r : replicas_)
-      for (auto& m : host_.metrics_) m->update(r->results() + rows, r->labels_on_host(parity), rows, classes);
+      for (auto& m : training_.metrics) m->update(r->results() + rows, r->labels_on_host(parity), rows, classes);
     return loss;
   }
 
@@ -642,7 +599,7 @@ class model<Network, Policy, Strategy, cuda> {
     auto& r = *replicas_[0];
     auto& program = r.template program_for<N>(*this);
     backend::cuda::device_guard on(r.device);
-    host_.reset_metrics();
+    training_.reset_metrics();
     batch_type batch;
     auto cursor = data.open(0);
     const float* out = r.results() + rows;
@@ -661,13 +618,13 @@ class model<Network, Policy, Strategy, cuda> {
       r.compute.synchronize();
       double sum = 0;
       for (int i = 0; i < valid_rows; ++i) sum += r.results()[i];
-      if (valid_rows > 0) host_.loss_mean_.update(sum / valid_rows, batch.valid);
-      for (auto& m : host_.metrics_) m->update(out, batch.labels.data(), valid_rows, classes);
+      if (valid_rows > 0) training_.loss_mean.update(sum / valid_rows, batch.valid);
+      for (auto& m : training_.metrics) m->update(out, batch.labels.data(), valid_rows, classes);
     }
   }
 
   void restart_loss_scale(step_state fresh) {
-    fresh.iterations = host_.iterations_;
+    fresh.iterations = training_.iterations;
     initial_state_ = fresh;
     for (auto& r : replicas_) {
       if (r->optimizer) {
@@ -683,7 +640,7 @@ class model<Network, Policy, Strategy, cuda> {
     for (auto& r : replicas_) {
       if (!r->arena.size()) continue;  // laid out later; program_for uploads then
       backend::cuda::device_guard on(r->device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.memory_.data(), plan0::parameter_bytes,
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.parameter_region().data(), plan0::parameter_bytes,
                                           cudaMemcpyHostToDevice, r->compute.get()));
       if constexpr (across_processes) {
         worker_->broadcast(reinterpret_cast<float*>(r->arena.data()), Net::parameter_floats, 0, r->compute.get(),
@@ -701,12 +658,15 @@ class model<Network, Policy, Strategy, cuda> {
     auto& r = *replicas_[0];
     if (!host_stale_ || !r.arena.size()) return;
     backend::cuda::device_guard on(r.device);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.memory_.data(), r.arena.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.writable_parameter_region().data(), r.arena.data(), plan0::parameter_bytes,
+                                   cudaMemcpyDeviceToHost));
     host_stale_ = false;
   }
 
   [[no_unique_address]] Strategy strategy_{};  // first: multi_worker starts MPI before anything else
-  host_model host_;
+  host_model host_;                // initialisation, names, summary and weights files, on the host
+  training_state<Net> training_;   // compile()'s optimizer, loss and metrics, counters, means
+  std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})
                                            : optimizers::device::make_step_state();
   std::vector<std::unique_ptr<replica>> replicas_;

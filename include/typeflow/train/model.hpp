@@ -56,6 +56,7 @@
 #include "typeflow/train/progress_bar.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
+#include "typeflow/train/training_state.hpp"
 
 // The CPU's executors, where a CPU model sets up its step programs. A CUDA
 // translation unit parses none of them: nvcc 13 cannot compile oneDNN's C++
@@ -65,16 +66,6 @@
 #endif
 
 namespace typeflow {
-
-// fit's options, Keras's names. Element is the training batch type, so that
-// validation data is any dataset of the same batches.
-template <class Element>
-struct fit_options {
-  int epochs = 1;
-  data::any_dataset<Element> validation_data{};
-  std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
-  int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
-};
 
 // What evaluate returns: "loss" and each metric's name, with its value.
 using evaluation = std::map<std::string, double, std::less<>>;
@@ -116,10 +107,6 @@ class model {
   static_assert(!std::is_same_v<Device, cuda>,
                 "model<Net, Policy, Strategy, cuda> is defined in typeflow/cuda.cuh: include it in a CUDA "
                 "translation unit (a .cu file compiled by nvcc, linked to typeflow::cuda)");
-  // model<..., cuda> keeps a host model beside its device arena and reads its state.
-  template <class, class, class, class>
-  friend class model;
-
  public:
   using policy_type = typename detail::policy_of<Policy>::type;
 
@@ -174,25 +161,12 @@ class model {
 
   template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
   void compile(Optimizer optimizer, Loss loss, Metrics... metrics) {
-    static_assert(output_shape_type::rank >= 1,
-                  "compile: the model's output has no axis for the loss to read; end the network "
-                  "with a layer that has a feature axis, e.g. dense<1>");
-    static_assert(classes >= Loss::min_classes,
-                  "compile: this loss needs at least two classes on the output's last axis "
-                  "(a single unit cannot hold a probability distribution)");
-    optimizer.validate();
-    optimizer_ = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer));
-    loss_ = std::make_unique<detail::loss_holder<Loss>>(std::move(loss));
-    metrics_.clear();
-    (metrics_.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics))), ...);
-    slots_ = optimizer_->slots();
-    if (slots_ > max_slots) throw std::logic_error("compile: the optimizer asks for more state slots than a model holds");
+    training_.compile(std::move(optimizer), std::move(loss), std::move(metrics)...);
     // Fresh optimizer state; the weights stay.
     program_.reset();
     memory_.reserve(step_base(), memory_plan<Net, 0, 0>::gradients_offset);
     std::memset(memory_.data() + memory_plan<Net, 0, 0>::gradients_offset, 0,
                 step_base() - memory_plan<Net, 0, 0>::gradients_offset);
-    iterations_ = 0;
   }
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
@@ -200,68 +174,11 @@ class model {
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
-    check_batch_type<batch_type>();
-    require_compiled("fit");
-    check_label_form<batch_type>("fit");
-    history result;
-    history_recorder recorder{result};
-    std::unique_ptr<progress_bar> bar;
-    if (!is_chief()) options.verbose = 0;  // one progress bar per job, the chief's
-    if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
-    if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
-    std::vector<callback*> callbacks;
-    if (bar) callbacks.push_back(bar.get());
-    callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
-    callbacks.push_back(&recorder);
-
-    const std::int64_t full_batches = train.cardinality() < 0 ? -1 : full_batch_count(train);
-    batch_type batch;
-    logs step_logs, epoch_logs;
-    for (auto* c : callbacks) c->on_train_begin();
-    for (int epoch = 0; epoch < options.epochs; ++epoch) {
-      const epoch_info info{epoch, options.epochs, full_batches};
-      for (auto* c : callbacks) c->on_epoch_begin(info);
-      reset_metrics();
-      auto cursor = train.open(static_cast<std::uint64_t>(epoch_counter_++));
-      std::int64_t step = 0;
-      // The input wait is the time next() takes to hand over a batch; the
-      // step time runs from there to the end of the update.
-      using clock = std::chrono::steady_clock;
-      clock::duration waited{}, stepped{};
-      for (auto asked = clock::now(); cursor.next(batch); asked = clock::now()) {
-        const auto received = clock::now();
-        if (batch.valid < batch_type::size) break;  // the last partial batch
-        step_on(batch);
-        ++step;
-        waited += received - asked;
-        stepped += clock::now() - received;
-        fill_logs(step_logs, "");
-        if constexpr (loss_scaling) {  // mixed_float16: Keras's LossScaleOptimizer state
-          step_logs.set("loss_scale", loss_scale_.scale());
-          step_logs.set("skipped_steps", static_cast<double>(loss_scale_.skipped_steps()));
-        }
-        step_logs.set("learning_rate", optimizer_->learning_rate(iterations_ + 1));  // the next update's
-        step_logs.set("input_wait_fraction",
-                      std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
-        if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
-          step_logs.set("tokens_per_second",
-                        static_cast<double>(step * batch_type::size * Net::input_shape_type::size) /
-                            std::chrono::duration<double>(waited + stepped).count());
-        for (auto* c : callbacks) c->on_batch_end(step, step_logs);
-      }
-      if (step == 0)
-        throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
-                                    std::to_string(batch_type::size) +
-                                    " samples to train on; the dataset is smaller than one batch");
-      epoch_logs = step_logs;
-      if (options.validation_data) {
-        run_evaluation(program_for<batch_type::size>(), options.validation_data);
-        fill_logs(epoch_logs, "val_");
-      }
-      for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
-    }
-    for (auto* c : callbacks) c->on_train_end(epoch_logs);
-    return result;
+    training_state<Net>::template training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("fit");
+    training_.template check_label_form<batch_type>("fit");
+    fit_steps<batch_type> steps{*this};
+    return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
   }
 
   // One optimisation step on one full batch, as Keras's train_on_batch:
@@ -270,9 +187,9 @@ class model {
   template <int N, class Features, class Label>
   double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
     using batch_type = data::batch_of<N, Features, Label>;
-    check_batch_type<batch_type>();
-    require_compiled("train_on_batch");
-    check_label_form<batch_type>("train_on_batch");
+    training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("train_on_batch");
+    training_.template check_label_form<batch_type>("train_on_batch");
     if (batch.valid != N)
       throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
                                   std::to_string(N) + " samples; training steps take full batches");
@@ -284,13 +201,13 @@ class model {
   template <data::batched_dataset Dataset>
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    check_batch_type<batch_type>();
-    require_compiled("evaluate");
-    check_label_form<batch_type>("evaluate");
+    training_state<Net>::template check_batch_type<batch_type>();
+    training_.require_compiled("evaluate");
+    training_.template check_label_form<batch_type>("evaluate");
     auto& program = program_for<batch_type::size>();
     run_evaluation(program, data);
     logs results;
-    fill_logs(results, "");
+    training_.fill_logs(results, "");
     evaluation out;
     for (const auto& entry : results) out.emplace(std::string(entry.name), entry.value);
     return out;
@@ -301,7 +218,7 @@ class model {
   template <data::batched_dataset Dataset>
   std::vector<float> predict(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    check_batch_type<batch_type>();
+    training_state<Net>::template check_batch_type<batch_type>();
     auto& program = program_for<batch_type::size>();
     std::vector<float> outputs;
     if (data.cardinality() > 0)
@@ -384,6 +301,13 @@ class model {
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
 
+  // The same region for writing, e.g. a device's weights copied back; the
+  // replicas take it before the next step.
+  std::span<float> writable_parameter_region() {
+    replicas_stale_ = true;
+    return {memory_.template at<float>(0), Net::parameter_floats};
+  }
+
   // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the model's own).
   std::span<const float> replica_parameter_region(int r) const {
     if (r == 0) return parameter_region();
@@ -406,7 +330,7 @@ class model {
   float loss_scale() const { return loss_scaling ? loss_scale_.scale() : 1.f; }
   std::int64_t skipped_steps() const { return loss_scaling ? loss_scale_.skipped_steps() : 0; }
 
-  std::int64_t iterations() const { return iterations_; }
+  std::int64_t iterations() const { return training_.iterations; }
   // Whether this process prints and writes files: always, except on the
   // non-zero ranks of a multi_worker job.
   bool is_chief() const {
@@ -430,51 +354,22 @@ class model {
     int program_batch = 0;
   };
 
+  // fit_loop's steps on the CPU: each launch runs a whole step (batch k is
+  // still in place: the loop reads batch k + 1 only after launch(k)).
   template <class Batch>
-  static constexpr void check_batch_type() {
-    using features = typename Batch::features_type;
-    static_assert(std::is_same_v<typename features::shape_type, typename Net::input_shape_type>,
-                  "fit/evaluate/predict: the dataset's feature shape differs from the model's input "
-                  "shape (compare the dataset's element type with the model's input<...>)");
-    static_assert(std::is_same_v<typename features::value_type, typename Net::input_dtype::value_type>,
-                  "fit/evaluate/predict: the dataset's features have another element type than the "
-                  "model's input; e.g. map(scale(1.f / 255)) turns uint8 pixels into float32");
-  }
-
-  template <class Batch>
-  void check_label_form(const char* where) const {
-    using label = typename Batch::label_type;
-    constexpr bool sparse = std::is_same_v<typename label::shape_type, drop_last_t<output_shape_type>> &&
-                            std::is_same_v<typename label::value_type, std::int32_t>;
-    constexpr bool dense = std::is_same_v<typename label::shape_type, output_shape_type> &&
-                           std::is_same_v<typename label::value_type, float>;
-    static_assert(sparse || dense,
-                  "fit/evaluate: the dataset's labels can match the model's output in neither form a "
-                  "loss takes: int32 class ids shaped like the output without its last axis (sparse), "
-                  "or float targets shaped exactly like the output (dense)");
-    const auto wanted = loss_->form();
-    if ((wanted == losses::label_form::sparse) != sparse)
-      throw std::invalid_argument(std::string(where) + ": the loss " + std::string(loss_->name()) + " takes " +
-                                  (wanted == losses::label_form::sparse ? "int32 class ids" : "dense float targets") +
-                                  ", but the dataset's labels are " + (sparse ? "class ids" : "dense targets"));
-  }
-
-  void require_compiled(const char* where) const {
-    if (!optimizer_ || !loss_)
-      throw std::logic_error(std::string(where) + ": call compile(optimizer, loss, metrics...) first");
-  }
-
-  // Steps per epoch: cardinality counts a last partial batch, which fit drops.
-  template <class Dataset>
-  static std::int64_t full_batch_count(const Dataset& d) {
-    if constexpr (requires { d.full_batches(); })
-      return d.full_batches();
-    else
-      return d.cardinality();
-  }
+  struct fit_steps {
+    model& m;
+    const Batch* staged = nullptr;
+    void stage(const Batch& batch, int) { staged = &batch; }
+    void launch(int) { m.step_on(*staged); }
+    void finish(int) {}
+    void validate(const data::any_dataset<Batch>& data) { m.run_evaluation(m.template program_for<Batch::size>(), data); }
+    float loss_scale() const { return m.loss_scale(); }
+    std::int64_t skipped_steps() const { return m.skipped_steps(); }
+  };
 
   std::size_t step_base() const {
-    return memory_plan<Net, 0, 0>::slots_offset + static_cast<std::size_t>(slots_) * memory_plan<Net, 0, 0>::parameter_bytes;
+    return memory_plan<Net, 0, 0>::slots_offset + static_cast<std::size_t>(training_.slots) * memory_plan<Net, 0, 0>::parameter_bytes;
   }
 
   // Sets the arena and the step program up for batch size N, once per size.
@@ -545,7 +440,7 @@ class model {
     scale_output_gradient(program);
     program.backward();
     loss += regularize_and_update(batch.valid);
-    loss_mean_.update(loss, batch.valid);
+    training_.loss_mean.update(loss, batch.valid);
     update_metrics(program, batch.labels.data(), batch.valid);
     return loss;
   }
@@ -590,7 +485,7 @@ class model {
     double loss = 0;
     for (double l : context.losses) loss += l / replica_count;
     loss += regularize_and_update(Batch::size);
-    loss_mean_.update(loss, Batch::size);
+    training_.loss_mean.update(loss, Batch::size);
     for (int r = 0; r < replica_count; ++r) update_metrics(*programs[r], batch.labels.data() + r * labels_per_shard, shard);
     return loss;
   }
@@ -657,27 +552,27 @@ class model {
       const bool finite = precision::unscale_all_finite(grads, Net::parameter_floats, loss_scale_.scale());
       if (!loss_scale_.after_step(finite)) {
         const double penalty = has_regularizers ? apply_regularizers(false) : 0.0;
-        if (has_regularizers) regularization_mean_.update(penalty, samples);
+        if (has_regularizers) training_.regularization_mean.update(penalty, samples);
         return penalty;
       }
     }
     double penalty = 0;
     if constexpr (has_regularizers) {
       penalty = apply_regularizers(true);
-      regularization_mean_.update(penalty, samples);
+      training_.regularization_mean.update(penalty, samples);
     }
     optimizers::update_arguments arguments;
     arguments.weights = memory_.template at<float>(0);
     arguments.grads = memory_.template at<float>(memory_plan<Net, 0, 0>::gradients_offset);
-    float* slot_pointers[max_slots] = {};
-    for (int s = 0; s < slots_; ++s)
+    float* slot_pointers[training_state<Net>::max_slots] = {};
+    for (int s = 0; s < training_.slots; ++s)
       slot_pointers[s] = memory_.template at<float>(memory_plan<Net, 0, 0>::slot_offset(s));
     arguments.slots = slot_pointers;
     arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
     arguments.tensors = parameter_tensors();
-    arguments.iteration = iterations_ + 1;
-    if (optimizer_->update(arguments)) {
-      ++iterations_;
+    arguments.iteration = training_.iterations + 1;
+    if (training_.optimizer->update(arguments)) {
+      ++training_.iterations;
       if constexpr (replica_count > 1) broadcast_after_update();
     }
     return penalty;
@@ -691,9 +586,9 @@ class model {
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
     float* row_loss = program.row_losses();
     if constexpr (std::is_same_v<Label, std::int32_t>)
-      loss_->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
+      training_.loss->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     else
-      loss_->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
+      training_.loss->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     double sum = 0;
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
     return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
@@ -714,13 +609,13 @@ class model {
   template <class Program, class Label>
   void update_metrics(Program& program, const Label* labels, int valid) {
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
-    for (auto& m : metrics_) m->update(program.output(), labels, valid_rows, classes);
+    for (auto& m : training_.metrics) m->update(program.output(), labels, valid_rows, classes);
   }
 
   template <class Program, class Data>
   void run_evaluation(Program& program, const Data& data) {
     using batch_type = typename Data::element_type;
-    reset_metrics();
+    training_.reset_metrics();
     batch_type batch;
     auto cursor = data.open(0);
     run_.training = false;
@@ -728,36 +623,10 @@ class model {
     while (cursor.next(batch)) {
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       program.forward();
-      loss_mean_.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
-      regularization_mean_.update(penalty, batch.valid);
+      training_.loss_mean.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
+      training_.regularization_mean.update(penalty, batch.valid);
       update_metrics(program, batch.labels.data(), batch.valid);
     }
-  }
-
-  void reset_metrics() {
-    loss_mean_.reset();
-    regularization_mean_.reset();
-    for (auto& m : metrics_) m->reset();
-  }
-
-  // Names are string_views into the metrics' static names, so logs never own.
-  void fill_logs(logs& out, std::string_view prefix) const {
-    if (prefix.empty()) {
-      out.set("loss", loss_mean_.result());
-      if (has_regularizers) out.set("regularization_loss", regularization_mean_.result());
-      for (auto& m : metrics_) out.set(m->name(), m->result());
-    } else {
-      out.set("val_loss", loss_mean_.result());
-      if (has_regularizers) out.set("val_regularization_loss", regularization_mean_.result());
-      for (auto& m : metrics_) out.set(validation_name(m->name()), m->result());
-    }
-  }
-  // "val_" + name, kept alive for the model's lifetime.
-  std::string_view validation_name(std::string_view name) const {
-    for (const auto& n : validation_names_)
-      if (std::string_view(n).substr(4) == name) return n;
-    validation_names_.push_back("val_" + std::string(name));
-    return validation_names_.back();
   }
 
   using parameters = parameter_table<Net>;
@@ -779,7 +648,6 @@ class model {
   }
   void initialize_parameters() { typeflow::initialize_parameters<Net>(memory_.data(), seed_); }
 
-  static constexpr int max_slots = 8;
   // Every parameter tensor's place and kind, in arena order (floats).
   static const std::vector<optimizers::parameter_tensor>& parameter_tensors() { return parameters::tensors(); }
 
@@ -788,15 +656,8 @@ class model {
   arena memory_;
   backend::cpu::context context_;
   run_state run_;
-  int slots_ = 0;
-  std::int64_t iterations_ = 0;
+  training_state<Net> training_;  // compile()'s optimizer, loss and metrics, counters, means
   precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
-  std::uint64_t epoch_counter_ = 0;
-  std::unique_ptr<detail::optimizer_base> optimizer_;
-  std::unique_ptr<detail::loss_base> loss_;
-  std::vector<std::unique_ptr<detail::metric_base>> metrics_;
-  metrics::mean loss_mean_;
-  metrics::mean regularization_mean_;  // the part of the loss the regularizers add
   std::shared_ptr<void> program_;
   int program_batch_ = 0;
 
@@ -804,7 +665,6 @@ class model {
   std::vector<std::unique_ptr<replica_state>> secondaries_;
   std::unique_ptr<replica_pool> pool_;
   bool replicas_stale_ = true;  // replica 0's weights changed outside a training step
-  mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid
 };
 
 }  // namespace typeflow

@@ -1,0 +1,241 @@
+// training_state<Net>: what a model keeps about its training whatever the
+// device: what compile() was given (optimizer, loss, metrics behind their
+// holders), the update counter, the epoch counter for shuffling, the loss
+// and metric means and the names they are logged under. The checks a
+// dataset must pass before fit, evaluate or predict run are here too, and
+// fit's loop (fit_loop), so that model<..., cpu> and model<..., cuda> write
+// neither twice.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "typeflow/core/dtype.hpp"
+#include "typeflow/core/shape.hpp"
+#include "typeflow/data/any_dataset.hpp"
+#include "typeflow/data/example.hpp"
+#include "typeflow/losses/losses.hpp"
+#include "typeflow/metrics/metrics.hpp"
+#include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/train/callback.hpp"
+#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/history.hpp"
+#include "typeflow/train/progress_bar.hpp"
+
+namespace typeflow {
+
+// fit's options, Keras's names. Element is the training batch type, so that
+// validation data is any dataset of the same batches.
+template <class Element>
+struct fit_options {
+  int epochs = 1;
+  data::any_dataset<Element> validation_data{};
+  std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
+  int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
+};
+
+template <class Net>
+class training_state {
+ public:
+  using output_shape_type = typename Net::output_shape_type;
+  static constexpr int classes = output_shape_type::rank >= 1 ? output_shape_type::template dim<-1> : 1;
+  static constexpr std::size_t rows_per_sample = output_shape_type::size / classes;
+  static constexpr bool has_regularizers = Net::has_regularizers;
+  static constexpr int max_slots = 8;
+
+  // Keeps the optimizer, loss and metrics; the update counter starts again.
+  template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
+  void compile(Optimizer optimizer_given, Loss loss_given, Metrics... metrics_given) {
+    static_assert(output_shape_type::rank >= 1,
+                  "compile: the model's output has no axis for the loss to read; end the network "
+                  "with a layer that has a feature axis, e.g. dense<1>");
+    static_assert(classes >= Loss::min_classes,
+                  "compile: this loss needs at least two classes on the output's last axis "
+                  "(a single unit cannot hold a probability distribution)");
+    optimizer_given.validate();
+    optimizer = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer_given));
+    loss = std::make_unique<detail::loss_holder<Loss>>(std::move(loss_given));
+    metrics.clear();
+    (metrics.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics_given))), ...);
+    slots = optimizer->slots();
+    if (slots > max_slots) throw std::logic_error("compile: the optimizer asks for more state slots than a model holds");
+    iterations = 0;
+  }
+
+  void require_compiled(const char* where) const {
+    if (!optimizer || !loss)
+      throw std::logic_error(std::string(where) + ": call compile(optimizer, loss, metrics...) first");
+  }
+
+  template <class Batch>
+  static constexpr void check_batch_type() {
+    using features = typename Batch::features_type;
+    static_assert(std::is_same_v<typename features::shape_type, typename Net::input_shape_type>,
+                  "fit/evaluate/predict: the dataset's feature shape differs from the model's input "
+                  "shape (compare the dataset's element type with the model's input<...>)");
+    static_assert(std::is_same_v<typename features::value_type, typename Net::input_dtype::value_type>,
+                  "fit/evaluate/predict: the dataset's features have another element type than the "
+                  "model's input; e.g. map(scale(1.f / 255)) turns uint8 pixels into float32");
+  }
+
+  template <class Batch>
+  void check_label_form(const char* where) const {
+    using label = typename Batch::label_type;
+    constexpr bool sparse = std::is_same_v<typename label::shape_type, drop_last_t<output_shape_type>> &&
+                            std::is_same_v<typename label::value_type, std::int32_t>;
+    constexpr bool dense = std::is_same_v<typename label::shape_type, output_shape_type> &&
+                           std::is_same_v<typename label::value_type, float>;
+    static_assert(sparse || dense,
+                  "fit/evaluate: the dataset's labels can match the model's output in neither form a "
+                  "loss takes: int32 class ids shaped like the output without its last axis (sparse), "
+                  "or float targets shaped exactly like the output (dense)");
+    const auto wanted = loss->form();
+    if ((wanted == losses::label_form::sparse) != sparse)
+      throw std::invalid_argument(std::string(where) + ": the loss " + std::string(loss->name()) + " takes " +
+                                  (wanted == losses::label_form::sparse ? "int32 class ids" : "dense float targets") +
+                                  ", but the dataset's labels are " + (sparse ? "class ids" : "dense targets"));
+  }
+
+  // Steps per epoch: cardinality counts a last partial batch, which fit drops.
+  template <class Dataset>
+  static std::int64_t full_batch_count(const Dataset& d) {
+    if constexpr (requires { d.full_batches(); })
+      return d.full_batches();
+    else
+      return d.cardinality();
+  }
+
+  void reset_metrics() {
+    loss_mean.reset();
+    regularization_mean.reset();
+    for (auto& m : metrics) m->reset();
+  }
+
+  // Names are string_views into the metrics' static names, so logs never own.
+  void fill_logs(logs& out, std::string_view prefix) const {
+    if (prefix.empty()) {
+      out.set("loss", loss_mean.result());
+      if (has_regularizers) out.set("regularization_loss", regularization_mean.result());
+      for (auto& m : metrics) out.set(m->name(), m->result());
+    } else {
+      out.set("val_loss", loss_mean.result());
+      if (has_regularizers) out.set("val_regularization_loss", regularization_mean.result());
+      for (auto& m : metrics) out.set(validation_name(m->name()), m->result());
+    }
+  }
+
+  std::unique_ptr<detail::optimizer_base> optimizer;
+  std::unique_ptr<detail::loss_base> loss;
+  std::vector<std::unique_ptr<detail::metric_base>> metrics;
+  int slots = 0;                    // the optimizer's state slots, each the parameter region's size
+  std::int64_t iterations = 0;      // updates applied (a skipped or accumulating step does not count)
+  std::uint64_t epoch_counter = 0;  // epochs begun, the pipeline's shuffle key
+  metrics::mean loss_mean;
+  metrics::mean regularization_mean;  // the part of the loss the regularizers add
+
+ private:
+  // "val_" + name, kept alive for the state's lifetime.
+  std::string_view validation_name(std::string_view name) const {
+    for (const auto& n : validation_names_)
+      if (std::string_view(n).substr(4) == name) return n;
+    validation_names_.push_back("val_" + std::string(name));
+    return validation_names_.back();
+  }
+  mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid
+};
+
+// fit's loop over the epochs, written once for every device. Steps runs the
+// training steps of one device and strategy:
+//   stage(batch, parity)   takes batch k (parity k % 2) before step k;
+//   launch(parity)         starts step k (the CPU runs it whole; a GPU enqueues it);
+//   finish(parity)         waits for step k, then updates state's loss mean,
+//                          metrics and iterations;
+//   validate(data)         evaluates `data` into state's means (inference mode);
+//   loss_scale(), skipped_steps()   for mixed_float16's logs.
+// Batch k + 1 is read and staged between launch(k) and finish(k), so a GPU
+// computes while the pipeline produces. The input wait is the time next()
+// and stage() take; the step time is launch() and finish().
+template <class Net, bool LossScaling, class Steps, data::batched_dataset Dataset>
+history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
+                 fit_options<typename Dataset::element_type> options, bool chief) {
+  using batch_type = typename Dataset::element_type;
+  history result;
+  history_recorder recorder{result};
+  std::unique_ptr<progress_bar> bar;
+  if (!chief) options.verbose = 0;  // one progress bar per job, the chief's
+  if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
+  if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
+  std::vector<callback*> callbacks;
+  if (bar) callbacks.push_back(bar.get());
+  callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
+  callbacks.push_back(&recorder);
+
+  const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
+  batch_type batch;
+  logs step_logs, epoch_logs;
+  using clock = std::chrono::steady_clock;
+  for (auto* c : callbacks) c->on_train_begin();
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    const epoch_info info{epoch, options.epochs, full_batches};
+    for (auto* c : callbacks) c->on_epoch_begin(info);
+    state.reset_metrics();
+    auto cursor = train.open(state.epoch_counter++);
+    std::int64_t step = 0;
+    clock::duration waited{}, stepped{};
+    int parity = 0;
+    auto mark = clock::now();
+    bool have = cursor.next(batch) && batch.valid == batch_type::size;  // a last partial batch is dropped
+    if (have) steps.stage(batch, parity);
+    waited += clock::now() - mark;
+    while (have) {
+      mark = clock::now();
+      steps.launch(parity);
+      stepped += clock::now() - mark;
+      mark = clock::now();
+      const bool next = cursor.next(batch) && batch.valid == batch_type::size;
+      if (next) steps.stage(batch, 1 - parity);
+      waited += clock::now() - mark;
+      mark = clock::now();
+      steps.finish(parity);
+      stepped += clock::now() - mark;
+      ++step;
+      state.fill_logs(step_logs, "");
+      if constexpr (LossScaling) {  // mixed_float16: Keras's LossScaleOptimizer state
+        step_logs.set("loss_scale", steps.loss_scale());
+        step_logs.set("skipped_steps", static_cast<double>(steps.skipped_steps()));
+      }
+      step_logs.set("learning_rate", state.optimizer->learning_rate(state.iterations + 1));  // the next update's
+      step_logs.set("input_wait_fraction",
+                    std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
+      if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
+        step_logs.set("tokens_per_second", static_cast<double>(step * batch_type::size * Net::input_shape_type::size) /
+                                               std::chrono::duration<double>(waited + stepped).count());
+      for (auto* c : callbacks) c->on_batch_end(step, step_logs);
+      have = next;
+      parity = 1 - parity;
+    }
+    if (step == 0)
+      throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
+                                  std::to_string(batch_type::size) +
+                                  " samples to train on; the dataset is smaller than one batch");
+    epoch_logs = step_logs;
+    if (options.validation_data) {
+      steps.validate(options.validation_data);
+      state.fill_logs(epoch_logs, "val_");
+    }
+    for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
+  }
+  for (auto* c : callbacks) c->on_train_end(epoch_logs);
+  return result;
+}
+
+}  // namespace typeflow
