@@ -196,11 +196,7 @@ class model<Network, Policy, Strategy, cuda> {
     training_.require_compiled("evaluate");
     training_.template check_label_form<batch_type>("evaluate");
     run_evaluation(data);
-    logs results;
-    training_.fill_logs(results, "");
-    evaluation out;
-    for (const auto& entry : results) out.emplace(std::string(entry.name), entry.value);
-    return out;
+    return training_.results();
   }
 
   // The model's outputs for every sample of `data`, (samples, output shape)

@@ -67,9 +67,6 @@
 
 namespace typeflow {
 
-// What evaluate returns: "loss" and each metric's name, with its value.
-using evaluation = std::map<std::string, double, std::less<>>;
-
 namespace detail {
 // model<Net, float32> means the float32 policy.
 template <class Policy>
@@ -206,11 +203,7 @@ class model {
     training_.template check_label_form<batch_type>("evaluate");
     auto& program = program_for<batch_type::size>();
     run_evaluation(program, data);
-    logs results;
-    training_.fill_logs(results, "");
-    evaluation out;
-    for (const auto& entry : results) out.emplace(std::string(entry.name), entry.value);
-    return out;
+    return training_.results();
   }
 
   // The model's outputs for every sample of `data`, (samples, output shape)

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,6 +44,9 @@ struct fit_options {
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
 };
+
+// What evaluate returns: "loss" and each metric's name, with its value.
+using evaluation = std::map<std::string, double, std::less<>>;
 
 template <class Net>
 class training_state {
@@ -131,6 +136,15 @@ class training_state {
       if (has_regularizers) out.set("val_regularization_loss", regularization_mean.result());
       for (auto& m : metrics) out.set(validation_name(m->name()), m->result());
     }
+  }
+
+  // The means as evaluate returns them.
+  evaluation results() const {
+    logs all;
+    fill_logs(all, "");
+    evaluation out;
+    for (const auto& entry : all) out.emplace(std::string(entry.name), entry.value);
+    return out;
   }
 
   std::unique_ptr<detail::optimizer_base> optimizer;

@@ -6,9 +6,10 @@
 // nvcc 13's front end crashes ("internal error ... find_allocated_name_reference")
 // on oneDNN's C++ header in C++20 mode: it cannot destroy the header's
 // typedef'd unnamed structs held in std::vector. So a CUDA translation unit
-// sees the CPU backend's interfaces without oneDNN behind them: it can name every
-// layer and run models on tf::cuda, while CPU models are built by g++ in .cpp
-// files (model<..., cpu> says so if instantiated under nvcc).
+// parses no CPU executor (train/model.hpp includes them only outside nvcc;
+// matmul.hpp and conv2d.hpp refuse nvcc with an #error), and the context is
+// an empty struct there, for the host model's member: CPU models are built
+// by g++ in .cpp files (model<..., cpu> says so if instantiated under nvcc).
 #pragma once
 
 #if defined(__CUDACC__)

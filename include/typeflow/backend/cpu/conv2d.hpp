@@ -22,9 +22,11 @@
 #include <string>
 
 #include "typeflow/backend/cpu/context.hpp"
-#if TYPEFLOW_HAS_ONEDNN_CPP
-#include <oneapi/dnnl/dnnl.hpp>
+#if !TYPEFLOW_HAS_ONEDNN_CPP
+#error "typeflow/backend/cpu/conv2d.hpp needs oneDNN's C++ header, which nvcc 13 cannot compile (see backend/cpu/context.hpp): CPU executors belong in .cpp files"
 #endif
+
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "typeflow/core/foreign_calls.hpp"
 #include "typeflow/layers/conv2d.hpp"
@@ -66,7 +68,6 @@ struct buffers {
 };
 
 // The three convolution primitives and the kernel reorders around them.
-#if TYPEFLOW_HAS_ONEDNN_CPP
 class primitives {
   using md = dnnl::memory::desc;
   using dims = dnnl::memory::dims;
@@ -302,19 +303,6 @@ inline void primitives::execute(const backend::cpu::context& ctx, const dnnl::pr
     throw std::runtime_error("typeflow: oneDNN convolution " + std::string(what) + " failed with status " +
                              std::to_string(status));
 }
-#else
-// CUDA translation units (see backend/cpu/context.hpp): the interface only.
-class primitives {
- public:
-  primitives() = default;
-  primitives(backend::cpu::context&, const problem&) {}
-  std::size_t scratchpad_bytes() const { return 0; }
-  std::string implementations() const { return "none (CUDA translation unit)"; }
-  void bind(const buffers&, std::byte*) {}
-  void forward() const {}
-  void backward() const {}
-};
-#endif
 
 // The executor both layers share; Layer is the bound layer of Spec.
 template <class Spec, class Layer, int Batch>

@@ -13,7 +13,10 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/core/gemm.hpp"
 
-#if TYPEFLOW_HAS_ONEDNN_CPP
+#if !TYPEFLOW_HAS_ONEDNN_CPP
+#error "typeflow/backend/cpu/matmul.hpp needs oneDNN's C++ header, which nvcc 13 cannot compile (see backend/cpu/context.hpp): CPU executors belong in .cpp files"
+#endif
+
 #include <array>
 #include <cstddef>
 #include <stdexcept>
@@ -116,21 +119,3 @@ class matmul {
 
 }  // namespace backend::cpu
 }  // namespace typeflow
-#else
-#include <cstddef>
-
-namespace typeflow::backend::cpu {
-// CUDA translation units (see backend/cpu/context.hpp): the interface only,
-// so that layer executors still parse; model<..., cpu> refuses to compile
-// there, so none of it runs.
-class matmul {
- public:
-  matmul() = default;
-  matmul(context&, gemm_shape, bool, epilogue = epilogue::none, bool = false) {}
-  std::size_t scratchpad_bytes() const { return 0; }
-  const char* implementation() const { return "none (CUDA translation unit)"; }
-  void bind(const float*, const float*, const float*, float*, std::byte*) {}
-  void run() const {}
-};
-}  // namespace typeflow::backend::cpu
-#endif
