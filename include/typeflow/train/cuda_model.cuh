@@ -157,9 +157,7 @@ class model<Network, Policy, Strategy, cuda> {
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
-    training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("fit");
-    training_.template check_label_form<batch_type>("fit");
+    training_.template check_labelled<batch_type>("fit");
     static_assert(std::is_same_v<typename batch_type::label_value, std::int32_t>,
                   "fit on tf::cuda: the fused loss takes int32 class ids");
     constexpr int shard = shard_of<batch_type::size>();
@@ -174,12 +172,8 @@ class model<Network, Policy, Strategy, cuda> {
   template <int N, class Features, class Label>
   double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
     using batch_type = data::batch_of<N, Features, Label>;
-    training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("train_on_batch");
-    training_.template check_label_form<batch_type>("train_on_batch");
-    if (batch.valid != N)
-      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
-                                  std::to_string(N) + " samples; training steps take full batches");
+    training_.template check_labelled<batch_type>("train_on_batch");
+    training_state<Net>::check_full(batch);
     constexpr int shard = shard_of<N>();
     prepare_programs<shard>();
     stage<shard>(batch, 0);
@@ -192,9 +186,7 @@ class model<Network, Policy, Strategy, cuda> {
   template <data::batched_dataset Dataset>
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("evaluate");
-    training_.template check_label_form<batch_type>("evaluate");
+    training_.template check_labelled<batch_type>("evaluate");
     run_evaluation(data);
     return training_.results();
   }

@@ -171,9 +171,7 @@ class model {
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
-    training_state<Net>::template training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("fit");
-    training_.template check_label_form<batch_type>("fit");
+    training_.template check_labelled<batch_type>("fit");
     fit_steps<batch_type> steps{*this};
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
   }
@@ -184,12 +182,8 @@ class model {
   template <int N, class Features, class Label>
   double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
     using batch_type = data::batch_of<N, Features, Label>;
-    training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("train_on_batch");
-    training_.template check_label_form<batch_type>("train_on_batch");
-    if (batch.valid != N)
-      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
-                                  std::to_string(N) + " samples; training steps take full batches");
+    training_.template check_labelled<batch_type>("train_on_batch");
+    training_state<Net>::check_full(batch);
     return step_on(batch);
   }
 
@@ -198,9 +192,7 @@ class model {
   template <data::batched_dataset Dataset>
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
-    training_state<Net>::template check_batch_type<batch_type>();
-    training_.require_compiled("evaluate");
-    training_.template check_label_form<batch_type>("evaluate");
+    training_.template check_labelled<batch_type>("evaluate");
     auto& program = program_for<batch_type::size>();
     run_evaluation(program, data);
     return training_.results();

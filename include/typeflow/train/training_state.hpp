@@ -110,6 +110,23 @@ class training_state {
                                   ", but the dataset's labels are " + (sparse ? "class ids" : "dense targets"));
   }
 
+  // Before fit, evaluate or train_on_batch (`where`): the batches fit the
+  // model's input, compile() ran, and the labels are what the loss takes.
+  template <class Batch>
+  void check_labelled(const char* where) const {
+    check_batch_type<Batch>();
+    require_compiled(where);
+    check_label_form<Batch>(where);
+  }
+
+  // train_on_batch's steps take full batches.
+  template <class Batch>
+  static void check_full(const Batch& batch) {
+    if (batch.valid != Batch::size)
+      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
+                                  std::to_string(Batch::size) + " samples; training steps take full batches");
+  }
+
   // Steps per epoch: cardinality counts a last partial batch, which fit drops.
   template <class Dataset>
   static std::int64_t full_batch_count(const Dataset& d) {
