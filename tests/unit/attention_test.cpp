@@ -23,6 +23,7 @@
 #include <typeflow/typeflow.hpp>
 #include <typeflow/backend/cpu/attention.hpp>
 
+#include "../support/bound_layer.hpp"
 #include "../support/reference_json.hpp"
 
 namespace tf = typeflow;
@@ -38,11 +39,8 @@ float wobble(std::uint64_t i, std::uint64_t salt, float low = -1.f, float high =
 // What a gradient entry holds before backward: the layer must overwrite it.
 constexpr float untouched = 12345.f;
 
-// A bound layer that remembers its spec, through which its executor is found.
 template <class Spec, class In, class Context>
-struct bound : Spec::template bind<In, Context> {
-  using spec = Spec;
-};
+using bound = tf::testing::bound_layer<Spec, In, Context>;
 
 template <int T, int D, int Heads, class... Options>
 using attention = bound<tf::causal_self_attention<Heads, Options...>, tf::shape<T, D>,

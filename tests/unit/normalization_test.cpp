@@ -21,6 +21,7 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/bound_layer.hpp"
 #include "../support/reference_json.hpp"
 
 namespace tf = typeflow;
@@ -37,11 +38,8 @@ float wobble(std::uint64_t i, std::uint64_t salt, float low = -1.f, float high =
 // entries it owns (never accumulate) and leave the statistics' alone.
 constexpr float untouched = 12345.f;
 
-// A bound layer that remembers its spec, through which its executor is found.
 template <class Spec, class Sample>
-struct bound : Spec::template bind<Sample, tf::layer_context<1, tf::dense<5>, void>> {
-  using spec = Spec;
-};
+using bound = tf::testing::bound_layer<Spec, Sample, tf::layer_context<1, tf::dense<5>, void>>;
 
 // One bound layer's executor on buffers of its own, as a step_program would
 // bind it. With in_place, d_in is d_out's buffer (what the memory plan does

@@ -17,6 +17,7 @@
 #include <typeflow/backend/cpu/zero_padding2d.hpp>
 #include <typeflow/layers/zero_padding2d.hpp>
 
+#include "../support/bound_layer.hpp"
 #include "../support/gradient_check.hpp"
 
 namespace tf = typeflow;
@@ -24,11 +25,8 @@ using typeflow::testing::check_gradients;
 
 namespace {
 
-// A bound layer that remembers its spec, through which its executor is found.
 template <class Spec, class In>
-struct bound : Spec::template bind<In, tf::layer_context<1, void, void>> {
-  using spec = Spec;
-};
+using bound = tf::testing::bound_layer<Spec, In, tf::layer_context<1, void, void>>;
 template <class Spec, class In, class Out>
 constexpr bool gives = std::is_same_v<typename bound<Spec, In>::output_shape, Out>;
 
