@@ -1,5 +1,5 @@
 // typeflow on NVIDIA GPUs: everything in typeflow.hpp, plus
-// model<Net, Policy, single_device, cuda>. Include it from a .cu file compiled
+// model<Net, Policy, Strategy, cuda> (train/cuda_engine.cuh). Include it from a .cu file compiled
 // by nvcc (C++20) and link typeflow::cuda (cudart, cuBLASLt, NCCL).
 #pragma once
 
@@ -8,4 +8,4 @@
 #endif
 
 #include "typeflow/typeflow.hpp"
-#include "typeflow/train/cuda_model.cuh"
+#include "typeflow/train/cuda_engine.cuh"

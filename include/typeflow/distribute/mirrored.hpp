@@ -13,7 +13,8 @@
 // steps under accumulate<K>). (This synchronises the
 // moving statistics, not the batch statistics inside a step.)
 //
-// On GPUs, one GPU per replica with NCCL is the CUDA backend's work.
+// The algorithm on the CPU is distribute/cpu_replicas.hpp; on GPUs (one GPU
+// per replica, NCCL) it is train/cuda_engine.cuh.
 #pragma once
 
 #include <condition_variable>

@@ -12,7 +12,7 @@
 //   model.fit(train, {.epochs = 3});                // rank 0 prints the progress bar
 //   model.save_weights("mlp.safetensors");          // rank 0 writes; the others skip
 //
-// What the model does with it (train/model.hpp's strategy hooks):
+// What the model does with it (train/cpu_engine.hpp's strategy hooks):
 //   - constructor: broadcast(weights) from rank 0, so every worker starts from
 //     rank 0's weights whatever seed it was given;
 //   - every step: each worker runs forward and backward on its own batch, then

@@ -14,7 +14,7 @@
 //   2. apply_update: skips when loss scaling is on and a gradient was not
 //      finite; else update_element on every element;
 //   3. finish_step: the loss-scale state machine and the update counter
-//      (as train/model.hpp advances them), and a report for the host.
+//      (as train/cpu_engine.hpp advances them), and a report for the host.
 // The learning-rate-dependent constants reach the kernels through a
 // step_table in device memory that the host rewrites before each step.
 #pragma once
@@ -123,7 +123,7 @@ TYPEFLOW_HOST_DEVICE bool is_finite_bits(float x) {
 // The per-step values: the rule and the decay factor (step_values).
 //
 // Steps whose update number the host cannot know yet: under loss scaling a
-// skipped step does not count (train/model.hpp), and the host learns of a
+// skipped step does not count (train/cpu_engine.hpp), and the host learns of a
 // skip only when that step's report comes back. So it writes the values of
 // every number the device may be at, first_iteration .. + count - 1, and
 // the kernel picks step_state::iterations + 1.
@@ -171,7 +171,7 @@ step_table<rule_of<O>> step_table_for(const O& o, std::int64_t first_iteration, 
 // counter, and what the kernels read or report.
 
 struct step_state : precision::loss_scale_state {
-  std::int64_t iterations = 0;     // updates applied (train/model.hpp's iterations_)
+  std::int64_t iterations = 0;     // updates applied (training_state::iterations)
   std::int64_t steps = 0;          // steps finished, applied or not
   float inverse_loss_scale = 1.f;  // 1 / loss_scale: what gradient_statistics multiplies by
   std::int32_t last_applied = 1;

@@ -10,7 +10,7 @@
 // A fixed scale never changes; a non-finite step is still skipped.
 //
 // The state machine is written once, loss_scale_state::after_step: the CPU
-// model runs it through loss_scale (train/model.hpp), the CUDA backend's
+// engine runs it through loss_scale (train/cpu_engine.hpp), the CUDA backend's
 // finish_step kernel on the step state in device memory
 // (optimizers/device_update.hpp), which extends loss_scale_state.
 #pragma once

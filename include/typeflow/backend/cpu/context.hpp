@@ -6,9 +6,9 @@
 // nvcc 13's front end crashes ("internal error ... find_allocated_name_reference")
 // on oneDNN's C++ header in C++20 mode: it cannot destroy the header's
 // typedef'd unnamed structs held in std::vector. So a CUDA translation unit
-// parses no CPU executor (train/model.hpp includes them only outside nvcc;
+// parses no CPU executor (train/cpu_engine.hpp includes them only outside nvcc;
 // matmul.hpp and conv2d.hpp refuse nvcc with an #error), and the context is
-// an empty struct there, for the host model's member: CPU models are built
+// an empty struct there, so that a CPU model can be constructed: CPU models are trained
 // by g++ in .cpp files (model<..., cpu> says so if instantiated under nvcc).
 #pragma once
 

@@ -428,7 +428,7 @@ inline void softmax_forward(const float* z, float* p, int rows, int classes, cud
 
 // *result_device = (Σ values[0, n)) / n, summed in double in a fixed order
 // (0 when n is 0): the step's loss from row_loss with n = valid_rows, as
-// train/model.hpp's compute_loss does on the CPU.
+// train/cpu_engine.hpp's compute_loss does on the CPU.
 inline void mean_of(const float* values, int n, float* result_device, cudaStream_t stream) {
   if (n < 0) throw std::invalid_argument("typeflow: mean_of: n must be >= 0, got " + std::to_string(n));
   softmax_detail::mean_kernel<double><<<1, 1024, 0, stream>>>(values, n, result_device);

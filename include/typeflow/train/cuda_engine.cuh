@@ -1,12 +1,14 @@
-// model<Net, Policy, Strategy, cuda>: the same model type, trained on NVIDIA
-// GPUs: single_device, or mirrored<N> on N GPUs of one process (NCCL).
+// engine<Net, Policy, Strategy, cuda>: model<> on NVIDIA GPUs
+// (train/engine.hpp lists what an engine provides): single_device, mirrored<N>
+// on N GPUs of one process, or multi_worker with one GPU per process (NCCL).
 //
 // The weights, gradients, optimizer slots and activations live in one
 // cudaMalloc arena laid out by the same compile-time memory plan as on the
 // CPU (so the parameter region is the same bytes on both devices). A host
-// model<Net, Policy> beside it owns what needs no GPU: initialisation (the
-// same seed gives the same weights on both devices), names, summary and the
-// weights files; weights move between the two only when one side changed.
+// copy of the parameter region beside it is initialised as the CPU's (the
+// same seed gives the same weights on both devices) and is what model<>'s
+// weights files and parameter views read; the two move only when one side
+// changed.
 //
 // One training step is captured once per batch size as a CUDA graph and
 // replayed: the batch's copy into the input, forward, the fused loss,
@@ -34,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -49,18 +52,19 @@
 #include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
 #include "typeflow/backend/device.hpp"
 #include "typeflow/distribute/mirrored.hpp"
-#include "typeflow/train/model.hpp"
+#include "typeflow/train/arena.hpp"
+#include "typeflow/train/engine.hpp"
+#include "typeflow/train/initialization.hpp"
+#include "typeflow/train/parameter_table.hpp"
+#include "typeflow/train/step_program.hpp"
+#include "typeflow/train/training_state.hpp"
 
 namespace typeflow {
 
-template <class Network, class Policy, class Strategy>
-class model<Network, Policy, Strategy, cuda> {
-  using host_model = model<Network, Policy, single_device, cpu>;
-  using Net = typename host_model::bound_network;
-  static_assert(!host_model::bound_network::has_regularizers,
+template <class Net, class Policy, class Strategy>
+class engine<Net, Policy, Strategy, cuda> {
+  static_assert(!Net::has_regularizers,
                 "model<Net, Policy, Strategy, cuda>: kernel and bias regularizers are not on tf::cuda yet");
-  static_assert(Strategy::replicas >= 1,
-                "model<Net, Policy, Strategy, cuda>: Strategy is single_device, mirrored<N> or multi_worker");
   // multi_worker: one process per GPU (the local rank's), NCCL bootstrapped over MPI.
   static constexpr bool across_processes = std::is_same_v<Strategy, multi_worker>;
   static constexpr bool syncs_statistics = [] {
@@ -76,24 +80,28 @@ class model<Network, Policy, Strategy, cuda> {
   using program_type = step_program<Net, N, cuda>;
   static constexpr std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
   using step_state = optimizers::device::step_state;
-
- public:
-  using policy_type = typename host_model::policy_type;
-  static constexpr bool loss_scaling = host_model::loss_scaling;
-  using network = Network;
-  using bound_network = Net;
+  static constexpr bool loss_scaling = Policy::loss_scaling;
   using output_shape_type = typename Net::output_shape_type;
-  static constexpr int classes = host_model::classes;
-  static constexpr std::size_t rows_per_sample = host_model::rows_per_sample;
-  static constexpr std::size_t parameter_count = Net::parameter_count;
+  static constexpr int classes = training_state<Net>::classes;
+  static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
 
-  // The same weights as model<Net, Policy> with this seed. Replica r runs on
-  // device first_device + r.
+  // The per-replica batch: mirrored<N> splits the global batch into N shards.
+  template <int Batch>
+  static constexpr int shard_of() {
+    static_assert(strategy_check<Strategy, global_batch<Batch>, Batch % replica_count == 0>::passed,
+                  "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
+    return Batch / replica_count;
+  }
+
+ public:
+  // Replica r runs on device first_device + r.
   // multi_worker: each process takes its local rank's device (first_device is not used).
-  explicit model(std::uint64_t seed = 0, int first_device = 0) : host_(seed) {
+  engine(training_state<Net>& training, std::uint64_t seed, int first_device = 0) : training_(training) {
     if (first_device < 0)
       throw std::invalid_argument("model<..., cuda>: device " + std::to_string(first_device) + " is negative");
+    host_.reserve(plan0::parameter_bytes, 0);
+    initialize_parameters<Net>(host_.data(), seed);
     if constexpr (across_processes) {
       worker_ = std::make_unique<backend::cuda::nccl_communicator>(MPI_COMM_WORLD);
       first_device = worker_->device();
@@ -114,25 +122,25 @@ class model<Network, Policy, Strategy, cuda> {
       nccl_ = std::make_unique<backend::cuda::nccl_communicators>(replica_count);
     }
   }
-  model(const model&) = delete;
-  model& operator=(const model&) = delete;
-  ~model() {
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  ~engine() {
     for (auto& r : replicas_) r->all_reduce.reset();  // before the communicators
   }
 
-  // Whether this process prints and writes files: always, except on the
-  // non-zero ranks of a multi_worker job.
   bool is_chief() const {
     if constexpr (across_processes)
       return worker_->rank() == 0;
     else
       return true;
   }
+  const Strategy& strategy() const { return strategy_; }
+  int device(int r) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
+  // Replica 0's device arena in bytes (0 before the first step).
+  std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
 
-  void summary(std::FILE* out = stdout) const { host_.summary(out); }
-
-  template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
-  void compile(Optimizer optimizer, Loss loss, Metrics... metrics) {
+  template <class Optimizer, class Loss>
+  void check_compile(const Optimizer&, const Loss& loss) const {
     static_assert(std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
                   "compile on tf::cuda: the loss runs as one fused softmax + cross-entropy kernel; only "
                   "sparse_categorical_crossentropy{.from_logits = true} exists so far");
@@ -140,63 +148,57 @@ class model<Network, Policy, Strategy, cuda> {
       throw std::invalid_argument("compile on tf::cuda: sparse_categorical_crossentropy needs from_logits = true "
                                   "(the fused kernel takes logits; end the network with a dense layer, no softmax)");
     download_weights();
-    training_.compile(optimizer, std::move(loss), std::move(metrics)...);
+  }
+
+  // Each replica's optimizer on its device, with fresh state; the arena is
+  // laid out again (the weights come from the host copy).
+  template <class Optimizer>
+  void compiled(const Optimizer& optimizer) {
     initial_state_.iterations = 0;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       r->optimizer = backend::cuda::make_device_optimizer(optimizer, parameter_table<Net>::tensors(),
                                                           Net::parameter_floats, initial_state_);
       *r->state_mirror() = initial_state_;
-      // Fresh optimizer state on the device: the arena is laid out again.
       r->forget_program();
       r->arena = backend::cuda::device_buffer();
     }
     device_has_weights_ = false;
   }
 
-  template <data::batched_dataset Dataset>
-  history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
-    using batch_type = typename Dataset::element_type;
-    training_.template check_labelled<batch_type>("fit");
-    static_assert(std::is_same_v<typename batch_type::label_value, std::int32_t>,
+  // fit_loop's steps on the GPUs: launch enqueues step k (one graph replay,
+  // or the replicas' work with the all-reduce in between) and returns; the
+  // loop stages batch k + 1 while it runs; finish waits for it.
+  template <class Batch>
+  struct fit_steps {
+    static constexpr int shard = shard_of<Batch::size>();
+    engine& e;
+    void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
+    void launch(int parity) { e.template launch_train_step<shard>(parity); }
+    double finish(int parity) { return e.template finish_train_step<shard>(parity); }
+    void validate(const data::any_dataset<Batch>& data) { e.run_evaluation(data); }
+    float loss_scale() const { return e.loss_scale(); }
+    std::int64_t skipped_steps() const { return e.skipped_steps(); }
+  };
+  template <class Batch>
+  fit_steps<Batch> steps() {
+    static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
                   "fit on tf::cuda: the fused loss takes int32 class ids");
-    constexpr int shard = shard_of<batch_type::size>();
-    prepare_programs<shard>();
-    fit_steps<batch_type, shard> steps{*this};
-    history result = fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
-    download_weights();
-    return result;
-  }
-
-  // One optimisation step on one full batch; returns its mean loss.
-  template <int N, class Features, class Label>
-  double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
-    using batch_type = data::batch_of<N, Features, Label>;
-    training_.template check_labelled<batch_type>("train_on_batch");
-    training_state<Net>::check_full(batch);
-    constexpr int shard = shard_of<N>();
-    prepare_programs<shard>();
-    stage<shard>(batch, 0);
-    launch_train_step<shard>(0);
-    return finish_train_step<shard>(0);
+    prepare_programs<fit_steps<Batch>::shard>();
+    return {*this};
   }
 
   // The loss and metrics over every sample of `data` (the last batch padded
   // and masked), in inference mode, on replica 0.
-  template <data::batched_dataset Dataset>
-  evaluation evaluate(const Dataset& data) {
-    using batch_type = typename Dataset::element_type;
-    training_.template check_labelled<batch_type>("evaluate");
+  template <class Data>
+  void evaluate(const Data& data) {
     run_evaluation(data);
-    return training_.results();
   }
 
-  // The model's outputs for every sample of `data`, (samples, output shape)
-  // row-major, in inference mode, on replica 0; labels, if any, are ignored.
-  template <data::batched_dataset Dataset>
-  std::vector<float> predict(const Dataset& data) {
-    using batch_type = typename Dataset::element_type;
-    training_state<Net>::template check_batch_type<batch_type>();
+  // The outputs for every sample of `data`, in inference mode, on replica 0.
+  template <class Data>
+  std::vector<float> predict(const Data& data) {
+    using batch_type = typename Data::element_type;
     constexpr int N = batch_type::size;
     auto& r = *replicas_[0];
     auto& program = r.template program_for<N>(*this);
@@ -222,70 +224,59 @@ class model<Network, Policy, Strategy, cuda> {
     return outputs;
   }
 
-  // Weights: the host model's, brought up to date first.
-  void save_weights(const std::filesystem::path& path) {
-    download_weights();
-    if (is_chief()) host_.save_weights(path);  // every worker holds the same weights
+  template <class Prompt>
+  std::vector<std::int32_t> generate(Prompt, int, generate_options) {
+    static_assert(sizeof(Prompt) == 0, "generate on tf::cuda: decoding with key/value caches is not on the GPU yet");
+    return {};
   }
-  void load_weights(const std::filesystem::path& path) {
-    host_.load_weights(path);
+
+  // The host copy of the parameter region, brought up to date first.
+  std::span<const float> parameters() const {
+    download_weights();
+    return {host_.template at<float>(0), Net::parameter_floats};
+  }
+  // For writing: the devices take it before the next step.
+  std::span<float> writable_parameters() {
+    download_weights();
     device_has_weights_ = false;
+    return {host_.template at<float>(0), Net::parameter_floats};
   }
-  std::vector<io::tensor_spec> parameter_specs() const { return host_.parameter_specs(); }
-  // A parameter's values on the host; writes through the view reach the devices before the next step.
-  strided_view<float> parameter(std::string_view name) {
-    download_weights();
-    device_has_weights_ = false;
-    return host_.parameter(name);
-  }
-  std::span<const float> parameter_region() {
-    download_weights();
-    return host_.parameter_region();
+  // Replica 0's gradients of the last step, copied from its device.
+  std::span<const float> gradients() const {
+    const auto& r = *replicas_[0];
+    gradients_host_.assign(Net::parameter_floats, 0.f);
+    if (r.arena.size()) {
+      backend::cuda::device_guard on(r.device);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpy(gradients_host_.data(), r.arena.data() + plan0::gradients_offset,
+                                     plan0::parameter_bytes, cudaMemcpyDeviceToHost));
+    }
+    return gradients_host_;
   }
   // Replica r's parameter region, copied from its device (mirrored<N>: all equal).
   std::vector<float> replica_parameter_region(int r) const {
     const auto& rep = *replicas_.at(static_cast<std::size_t>(r));
+    if (!rep.arena.size()) {
+      const auto host = parameters();
+      return std::vector<float>(host.begin(), host.end());
+    }
     std::vector<float> out(Net::parameter_floats);
-    if (!rep.arena.size()) return std::vector<float>(host_.parameter_region().begin(), host_.parameter_region().end());
     backend::cuda::device_guard on(rep.device);
     TYPEFLOW_CUDA_CHECK(cudaMemcpy(out.data(), rep.arena.data(), plan0::parameter_bytes, cudaMemcpyDeviceToHost));
     return out;
   }
-  std::int64_t iterations() const { return training_.iterations; }
-  int device(int r = 0) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
-  // Replica 0's device arena in bytes (0 before the first step).
-  std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
 
   // Loss scaling (mixed_float16 only), as on the CPU: dynamic by default
   // (Keras's LossScaleOptimizer), or fixed; setting it starts afresh. The
   // scale and the skip decision live on the device; these read what the
   // last finished step left.
-  void set_loss_scale(precision::dynamic_loss_scale options) {
-    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
-    restart_loss_scale(optimizers::device::make_step_state(options));
-  }
-  void set_loss_scale(precision::fixed_loss_scale options) {
-    static_assert(loss_scaling, "set_loss_scale: only a float16 policy (mixed_float16) scales the loss");
+  template <class Options>
+  void set_loss_scale(Options options) {
     restart_loss_scale(optimizers::device::make_step_state(options));
   }
   float loss_scale() const { return loss_scaling ? replicas_[0]->state_mirror()->loss_scale : 1.f; }
   std::int64_t skipped_steps() const { return loss_scaling ? replicas_[0]->state_mirror()->skipped : 0; }
 
  private:
-  // fit_loop's steps on the GPUs: launch enqueues step k (one graph replay,
-  // or the replicas' work with the all-reduce in between) and returns; the
-  // loop stages batch k + 1 while it runs; finish waits for it.
-  template <class Batch, int Shard>
-  struct fit_steps {
-    model& m;
-    void stage(const Batch& batch, int parity) { m.template stage<Shard>(batch, parity); }
-    void launch(int parity) { m.template launch_train_step<Shard>(parity); }
-    void finish(int parity) { m.template finish_train_step<Shard>(parity); }
-    void validate(const data::any_dataset<Batch>& data) { m.run_evaluation(data); }
-    float loss_scale() const { return m.loss_scale(); }
-    std::int64_t skipped_steps() const { return m.skipped_steps(); }
-  };
-
   // Where the step region starts: after the parameters, gradients and slots.
   std::size_t step_base() const {
     return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
@@ -408,12 +399,6 @@ class model<Network, Policy, Strategy, cuda> {
     }
   };
 
-  template <int Batch>
-  static constexpr int shard_of() {
-    static_assert(strategy_check<Strategy, global_batch<Batch>, Batch % replica_count == 0>::passed,
-                  "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
-    return Batch / replica_count;
-  }
 
   // Every replica's program for the shard size; with N > 1, the bucketed
   // all-reduce over their gradient regions.
@@ -628,7 +613,7 @@ class model<Network, Policy, Strategy, cuda> {
     for (auto& r : replicas_) {
       if (!r->arena.size()) continue;  // laid out later; program_for uploads then
       backend::cuda::device_guard on(r->device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.parameter_region().data(), plan0::parameter_bytes,
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.data(), plan0::parameter_bytes,
                                           cudaMemcpyHostToDevice, r->compute.get()));
       if constexpr (across_processes) {
         worker_->broadcast(reinterpret_cast<float*>(r->arena.data()), Net::parameter_floats, 0, r->compute.get(),
@@ -642,29 +627,30 @@ class model<Network, Policy, Strategy, cuda> {
     if constexpr (!across_processes) host_stale_ = false;
   }
   // Replica 0 -> host, when the devices trained since the last copy.
-  void download_weights() {
-    auto& r = *replicas_[0];
+  void download_weights() const {
+    const auto& r = *replicas_[0];
     if (!host_stale_ || !r.arena.size()) return;
     backend::cuda::device_guard on(r.device);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.writable_parameter_region().data(), r.arena.data(), plan0::parameter_bytes,
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host_.data(), r.arena.data(), plan0::parameter_bytes,
                                    cudaMemcpyDeviceToHost));
     host_stale_ = false;
   }
 
   [[no_unique_address]] Strategy strategy_{};  // first: multi_worker starts MPI before anything else
-  host_model host_;                // initialisation, names, summary and weights files, on the host
-  training_state<Net> training_;   // compile()'s optimizer, loss and metrics, counters, means
+  training_state<Net>& training_;  // the model's: optimizer, loss, metrics, counters, means
+  mutable arena host_;             // the parameter region on the host: initialisation, weights files, views
+  mutable std::vector<float> gradients_host_;  // gradients(): replica 0's, copied back
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})
                                            : optimizers::device::make_step_state();
   std::vector<std::unique_ptr<replica>> replicas_;
-  // mirrored<N>. Destroyed before the replicas; ~model first drops the
+  // mirrored<N>. Destroyed before the replicas; ~engine first drops the
   // bucketed all-reduce that refers to it.
   std::unique_ptr<backend::cuda::nccl_communicators> nccl_;
   // multi_worker: this process's rank in the job.
   std::unique_ptr<backend::cuda::nccl_communicator> worker_;
   bool device_has_weights_ = false;
-  bool host_stale_ = false;
+  mutable bool host_stale_ = false;  // the devices trained since the host copy
 };
 
 }  // namespace typeflow

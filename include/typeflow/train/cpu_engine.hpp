@@ -1,0 +1,344 @@
+// engine<Net, Policy, Strategy, cpu>: model<> on the CPU (train/engine.hpp
+// lists what an engine provides).
+//
+// One arena (see memory_plan.hpp) holds the weights, gradients, the
+// optimizer's slots and the step region; a step_program is set up for each
+// batch size, and each step then runs forward, loss, backward and update
+// over fixed addresses with no allocation. mirrored<N> runs replicas 1 .. N-1
+// through distribute/cpu_replicas.hpp; multi_worker adds the strategy's MPI
+// collectives (a broadcast of the initial weights, the gradients' mean).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/device.hpp"
+#include "typeflow/core/random.hpp"
+#include "typeflow/distribute/cpu_replicas.hpp"
+#include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/model/memory_plan.hpp"
+#include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/train/arena.hpp"
+#include "typeflow/train/engine.hpp"
+#include "typeflow/train/generation.hpp"
+#include "typeflow/train/initialization.hpp"
+#include "typeflow/train/parameter_table.hpp"
+#include "typeflow/train/regularization.hpp"
+#include "typeflow/train/step_program.hpp"
+#include "typeflow/train/training_state.hpp"
+
+// The CPU's executors, where the engine sets up its step programs. A CUDA
+// translation unit parses none of them: nvcc 13 cannot compile oneDNN's C++
+// header (backend/cpu/context.hpp), and a CPU model refuses to train there.
+#if !defined(__CUDACC__)
+#include "typeflow/backend/cpu/executors.hpp"
+#endif
+
+namespace typeflow {
+
+template <class Net, class Policy, class Strategy>
+class engine<Net, Policy, Strategy, cpu> {
+  using plan0 = memory_plan<Net, 0, 0>;
+  static constexpr bool loss_scaling = Policy::loss_scaling;
+  static constexpr int replica_count = Strategy::replicas;
+  static constexpr int classes = training_state<Net>::classes;
+  static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
+  static constexpr bool has_regularizers = Net::has_regularizers;
+
+ public:
+  engine(training_state<Net>& training, std::uint64_t seed) : training_(training), replicas_(seed) {
+    memory_.reserve(plan0::gradients_offset, 0);
+    run_.seed = seed;
+    initialize_parameters<Net>(memory_.data(), seed);
+    if constexpr (requires { strategy_.broadcast(static_cast<float*>(nullptr), std::size_t{0}); })
+      strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
+    if constexpr (requires { strategy_.rank(); })
+      if (strategy_.rank() > 0)  // each worker draws its own dropout masks
+        run_.seed = mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(strategy_.rank()));
+  }
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  bool is_chief() const {
+    if constexpr (requires { strategy_.is_chief(); })
+      return strategy_.is_chief();
+    else
+      return true;
+  }
+  const Strategy& strategy() const { return strategy_; }
+  const arena& memory() const { return memory_; }
+  std::size_t arena_bytes() const { return memory_.size(); }
+
+  template <class Optimizer, class Loss>
+  void check_compile(const Optimizer&, const Loss&) const {}
+
+  // Fresh optimizer state for training_'s optimizer; the weights stay.
+  template <class Optimizer>
+  void compiled(const Optimizer&) {
+    program_.reset();
+    memory_.reserve(step_base(), plan0::gradients_offset);
+    std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
+  }
+
+  // fit_loop's steps on the CPU: each launch runs a whole step (batch k is
+  // still in place: the loop reads batch k + 1 only after launch(k)).
+  template <class Batch>
+  struct fit_steps {
+    engine& e;
+    const Batch* staged = nullptr;
+    double loss = 0;
+    void stage(const Batch& batch, int) { staged = &batch; }
+    void launch(int) { loss = e.step_on(*staged); }
+    double finish(int) { return loss; }
+    void validate(const data::any_dataset<Batch>& data) { e.run_evaluation(e.template program_for<Batch::size>(), data); }
+    float loss_scale() const { return e.loss_scale(); }
+    std::int64_t skipped_steps() const { return e.skipped_steps(); }
+  };
+  template <class Batch>
+  fit_steps<Batch> steps() {
+    return {*this};
+  }
+
+  template <class Data>
+  void evaluate(const Data& data) {
+    run_evaluation(program_for<Data::element_type::size>(), data);
+  }
+
+  template <class Data>
+  std::vector<float> predict(const Data& data) {
+    using batch_type = typename Data::element_type;
+    constexpr std::size_t per_sample = Net::output_shape_type::size;
+    auto& program = program_for<batch_type::size>();
+    std::vector<float> outputs;
+    if (data.cardinality() > 0) outputs.reserve(static_cast<std::size_t>(data.cardinality()) * batch_type::size * per_sample);
+    batch_type batch;
+    auto cursor = data.open(0);
+    run_.training = false;
+    while (cursor.next(batch)) {
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
+      program.forward();
+      const float* out = program.output();
+      outputs.insert(outputs.end(), out, out + static_cast<std::size_t>(batch.valid) * per_sample);
+    }
+    return outputs;
+  }
+
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {
+    return generate_tokens<Net::input_shape_type::template dim<0>, classes>(decoder_program(), run_, prompt, n, options);
+  }
+
+  std::span<const float> parameters() const { return {memory_.template at<float>(0), Net::parameter_floats}; }
+  // For writing (load_weights, parameter()): the replicas take it before the next step.
+  std::span<float> writable_parameters() {
+    replicas_.mark_stale();
+    return {memory_.template at<float>(0), Net::parameter_floats};
+  }
+  std::span<const float> gradients() const {
+    return {memory_.template at<float>(plan0::gradients_offset), Net::parameter_floats};
+  }
+  // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the engine's own).
+  std::span<const float> replica_parameter_region(int r) const {
+    if (r < 0 || r >= replica_count)
+      throw std::out_of_range("replica_parameter_region: replica " + std::to_string(r) + " of " +
+                              std::to_string(replica_count));
+    if constexpr (replica_count > 1)
+      if (r != 0) return replicas_.parameter_region(r);
+    return parameters();
+  }
+
+  // Loss scaling (mixed_float16): Keras's LossScaleOptimizer, dynamic or fixed.
+  template <class Options>
+  void set_loss_scale(Options options) {
+    loss_scale_ = precision::loss_scale(options);
+  }
+  float loss_scale() const { return loss_scaling ? loss_scale_.scale() : 1.f; }
+  std::int64_t skipped_steps() const { return loss_scaling ? loss_scale_.skipped_steps() : 0; }
+
+ private:
+  std::size_t step_base() const {
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
+  }
+
+  // Sets the arena and the step program up for batch size N, once per size.
+  template <int N>
+  step_program<Net, N, cpu>& program_for() {
+#if !TYPEFLOW_HAS_ONEDNN_CPP
+    static_assert(N < 0, "model<Net, Policy, Strategy, cpu> cannot train or predict in a CUDA translation unit: "
+                         "nvcc 13 cannot compile oneDNN's C++ header under C++20 (backend/cpu/context.hpp). "
+                         "Run CPU models from a .cpp file, or use model<Net, Policy, single_device, cuda>");
+#endif
+    return program_in<Net, N>(N);
+  }
+  // The decoder's program (batch 1) in the step region; a later fit or
+  // evaluate sets its own program up again.
+  step_program<typename Net::decoder, 1, cpu>& decoder_program() {
+    constexpr int decoder_marker = -1;
+    return program_in<typename Net::decoder, 1>(decoder_marker);
+  }
+  template <class Program_net, int N>
+  step_program<Program_net, N, cpu>& program_in(int marker) {
+    if (program_batch_ != marker || !program_) {
+      program_.reset();
+      using plan = memory_plan<Program_net, N, 0>;
+      memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
+      program_ = std::make_shared<step_program<Program_net, N, cpu>>(memory_.data(), step_base(), context_, run_);
+      program_batch_ = marker;
+    }
+    return *std::static_pointer_cast<step_program<Program_net, N, cpu>>(program_);
+  }
+
+  // One optimisation step on a full batch, on one replica or on all.
+  template <class Batch>
+  double step_on(const Batch& batch) {
+    if constexpr (replica_count == 1) {
+      auto& program = program_for<Batch::size>();
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
+      double loss = forward_and_backward(program, run_, batch.labels.data());
+      loss += regularize_and_update(batch.valid);
+      training_.loss_mean.update(loss, batch.valid);
+      update_metrics(program, batch.labels.data(), batch.valid);
+      return loss;
+    } else {
+      // mirrored<N>: each replica takes B / N consecutive samples of the batch.
+      static_assert(strategy_check<Strategy, global_batch<Batch::size>, Batch::size % replica_count == 0>::passed,
+                    "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
+      constexpr int shard = Batch::size / replica_count;
+      using program_type = step_program<Net, shard, cpu>;
+      program_type* programs[replica_count];
+      program_type& primary = program_for<shard>();  // first: setting it up may move the arena
+      double loss = replicas_.step(batch, primary, run_, memory_.data(), programs,
+                                   [this](program_type& program, run_state& run, const auto* labels) {
+                                     return forward_and_backward(program, run, labels);
+                                   });
+      loss += regularize_and_update(Batch::size);
+      training_.loss_mean.update(loss, Batch::size);
+      constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
+      for (int r = 0; r < replica_count; ++r)
+        update_metrics(*programs[r], batch.labels.data() + r * labels_per_shard, shard);
+      return loss;
+    }
+  }
+
+  // One replica's share of a step over the full batch in its input: forward,
+  // the loss (returned), the loss scale, backward.
+  template <class Program, class Label>
+  double forward_and_backward(Program& program, run_state& run, const Label* labels) {
+    run.training = true;
+    ++run.step;
+    program.forward();
+    const double loss = compute_loss(program, labels, Program::batch_size);
+    scale_output_gradient(program);
+    program.backward();
+    return loss;
+  }
+
+  // Regularizers, then the optimizer, on replica 0's (all-reduced) gradients;
+  // returns the regularization penalty.
+  double regularize_and_update(int samples) {
+    float* weights = memory_.template at<float>(0);
+    float* grads = memory_.template at<float>(plan0::gradients_offset);
+    // Across processes (multi_worker): the mean over every worker's gradient.
+    if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
+      strategy_.all_reduce_mean(grads, Net::parameter_floats);
+    // mixed_float16: the gradients of the scaled loss, unscaled; a step with
+    // an inf or a NaN among them changes no weight (after the all-reduce,
+    // every replica and worker sees the same verdict).
+    if constexpr (loss_scaling) {
+      const bool finite = precision::unscale_all_finite(grads, Net::parameter_floats, loss_scale_.scale());
+      if (!loss_scale_.after_step(finite)) {
+        const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
+        if (has_regularizers) training_.regularization_mean.update(penalty, samples);
+        return penalty;
+      }
+    }
+    double penalty = 0;
+    if constexpr (has_regularizers) {
+      penalty = apply_regularizers<Net>(memory_.data(), true);
+      training_.regularization_mean.update(penalty, samples);
+    }
+    optimizers::update_arguments arguments;
+    arguments.weights = weights;
+    arguments.grads = grads;
+    float* slot_pointers[training_state<Net>::max_slots] = {};
+    for (int s = 0; s < training_.slots; ++s) slot_pointers[s] = memory_.template at<float>(plan0::slot_offset(s));
+    arguments.slots = slot_pointers;
+    arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
+    arguments.tensors = parameter_table<Net>::tensors();
+    arguments.iteration = training_.iterations + 1;
+    if (training_.optimizer->update(arguments)) {
+      ++training_.iterations;
+      if constexpr (replica_count > 1) replicas_.after_update(weights);
+    }
+    return penalty;
+  }
+
+  // The mean loss over the program's first `valid` samples; writes
+  // d(loss)/d(output). labels: the program's batch of labels.
+  template <class Program, class Label>
+  double compute_loss(Program& program, const Label* labels, int valid) {
+    const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Program::batch_size * rows_per_sample);
+    const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
+    float* row_loss = program.row_losses();
+    if constexpr (std::is_same_v<Label, std::int32_t>)
+      training_.loss->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
+    else
+      training_.loss->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
+    double sum = 0;
+    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
+    return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
+  }
+
+  // mixed_float16: d(loss)/d(output) times the loss scale, before backward.
+  template <class Program>
+  void scale_output_gradient(Program& program) {
+    if constexpr (loss_scaling) {
+      const float scale = loss_scale_.scale();
+      float* gradient = program.output_gradient();
+      constexpr std::size_t count = Program::batch_size * Net::output_shape_type::size;
+#pragma omp simd
+      for (std::size_t i = 0; i < count; ++i) gradient[i] *= scale;
+    }
+  }
+
+  template <class Program, class Label>
+  void update_metrics(Program& program, const Label* labels, int valid) {
+    const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
+    for (auto& m : training_.metrics) m->update(program.output(), labels, valid_rows, classes);
+  }
+
+  template <class Program, class Data>
+  void run_evaluation(Program& program, const Data& data) {
+    using batch_type = typename Data::element_type;
+    training_.reset_metrics();
+    batch_type batch;
+    auto cursor = data.open(0);
+    run_.training = false;
+    const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
+    while (cursor.next(batch)) {
+      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
+      program.forward();
+      training_.loss_mean.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
+      training_.regularization_mean.update(penalty, batch.valid);
+      update_metrics(program, batch.labels.data(), batch.valid);
+    }
+  }
+
+  [[no_unique_address]] Strategy strategy_{};  // declared first: multi_worker starts MPI before anything else
+  training_state<Net>& training_;              // the model's: optimizer, loss, metrics, counters, means
+  arena memory_;
+  backend::cpu::context context_;
+  run_state run_;
+  precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
+  std::shared_ptr<void> program_;
+  int program_batch_ = 0;
+  cpu_replicas<Net, Strategy> replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads
+};
+
+}  // namespace typeflow

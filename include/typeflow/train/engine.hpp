@@ -1,0 +1,37 @@
+// engine<Net, Policy, Strategy, Device>: what model<> hands to a device.
+//
+// model<Net, Policy, Strategy, Device> (train/model.hpp) is written once: the
+// checks, compile, fit's loop, evaluate, predict, generate, the weights files
+// and the parameter views. What depends on where the step runs is the
+// engine's, one per device:
+//   cpu   train/cpu_engine.hpp   one host arena, oneDNN; mirrored<N> through
+//                                distribute/cpu_replicas.hpp, multi_worker
+//                                through the strategy's MPI collectives;
+//   cuda  train/cuda_engine.cuh  one cudaMalloc arena per GPU, each step a
+//                                CUDA graph; mirrored<N> and multi_worker
+//                                through NCCL (typeflow/cuda.cuh, nvcc only).
+//
+// An engine is constructed from the model's training_state (which it keeps
+// a reference to), the seed and the device's own arguments, and provides:
+//   is_chief()                         whether this process prints and writes;
+//   check_compile(optimizer, loss)     refuses what the device cannot run, before compile changes anything;
+//   compiled(optimizer)                lays the optimizer's state out, after training_state::compile;
+//   steps<Batch>()                     fit_loop's steps (training_state.hpp), whose finish also returns the loss;
+//   evaluate(data), predict(data)      inference over a dataset;
+//   generate(prompt, n, options)       decoding, where the device has it;
+//   parameters(), writable_parameters(), gradients()
+//                                      the parameter and gradient regions on the host, up to date;
+//   replica_parameter_region(r), arena_bytes()
+//   set_loss_scale(o), loss_scale(), skipped_steps()
+#pragma once
+
+namespace typeflow {
+
+template <class Net, class Policy, class Strategy, class Device>
+class engine {
+  static_assert(sizeof(Device) == 0,
+                "model<Net, Policy, Strategy, cuda> is defined in typeflow/cuda.cuh: include it in a CUDA "
+                "translation unit (a .cu file compiled by nvcc, linked to typeflow::cuda)");
+};
+
+}  // namespace typeflow
