@@ -48,10 +48,19 @@ class cpu_replicas {
       for (int r = 1; r < count; ++r) {
         auto replica = std::make_unique<secondary>();
         replica->memory.reserve(plan0::slots_offset, 0);
-        replica->run.seed = mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));  // its own dropout masks
         secondaries_.push_back(std::move(replica));
       }
+      restore_runs(seed, 0);
       pool_ = std::make_unique<replica_pool>(count, std::max(1, omp_get_max_threads() / count));
+    }
+  }
+
+  // Each replica's dropout stream: its own seed drawn from the model's, and
+  // the step counter (load_checkpoint continues it).
+  void restore_runs(std::uint64_t seed, std::uint64_t step) {
+    for (std::size_t r = 1; r <= secondaries_.size(); ++r) {
+      secondaries_[r - 1]->run.seed = mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
+      secondaries_[r - 1]->run.step = step;
     }
   }
 

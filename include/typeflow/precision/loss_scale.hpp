@@ -94,6 +94,8 @@ class loss_scale {
   std::int64_t skipped_steps() const noexcept { return state_.skipped; }
   bool dynamic() const noexcept { return state_.dynamic != 0; }
   const loss_scale_state& state() const noexcept { return state_; }
+  // Continues from a saved state (load_checkpoint).
+  void restore(const loss_scale_state& saved) noexcept { state_ = saved; }
 
   // Called once per step with whether every gradient was finite; returns
   // whether the update is to be applied, and moves the scale on.

@@ -28,6 +28,10 @@ struct optimizer_base {
   // Runs the optimizer on this step's gradients; returns whether the weights
   // changed (an accumulating optimizer updates once every K steps).
   virtual bool update(const optimizers::update_arguments& arguments) = 0;
+  // accumulate<K>: the micro-batches added since the last update (a
+  // checkpoint keeps them; the accumulator is one of the slots).
+  virtual int pending_micro_batches() const = 0;
+  virtual void restore_pending_micro_batches(int n) = 0;
 };
 
 template <class Optimizer>
@@ -44,6 +48,19 @@ struct optimizer_holder final : optimizer_base {
       optimizer.update(arguments);
       return true;
     }
+  }
+  int pending_micro_batches() const override {
+    if constexpr (requires { optimizer.micro_batches; })
+      return optimizer.micro_batches;
+    else
+      return 0;
+  }
+  void restore_pending_micro_batches(int n) override {
+    if constexpr (requires { optimizer.micro_batches; })
+      optimizer.micro_batches = n;
+    else if (n != 0)
+      throw std::invalid_argument("load_checkpoint: the checkpoint holds " + std::to_string(n) +
+                                  " accumulated micro-batches, but the optimizer does not accumulate");
   }
 };
 

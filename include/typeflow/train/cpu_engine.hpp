@@ -29,6 +29,7 @@
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/initialization.hpp"
+#include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
@@ -55,13 +56,11 @@ class engine<Net, Policy, Strategy, cpu> {
  public:
   engine(training_state<Net>& training, std::uint64_t seed) : training_(training), replicas_(seed) {
     memory_.reserve(plan0::gradients_offset, 0);
-    run_.seed = seed;
     initialize_parameters<Net>(memory_.data(), seed);
     if constexpr (requires { strategy_.broadcast(static_cast<float*>(nullptr), std::size_t{0}); })
       strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
-    if constexpr (requires { strategy_.rank(); })
-      if (strategy_.rank() > 0)  // each worker draws its own dropout masks
-        run_.seed = mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(strategy_.rank()));
+    seed_ = seed;
+    run_.seed = worker_seed(seed);
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -161,7 +160,28 @@ class engine<Net, Policy, Strategy, cpu> {
   float loss_scale() const { return loss_scaling ? loss_scale_.scale() : 1.f; }
   std::int64_t skipped_steps() const { return loss_scaling ? loss_scale_.skipped_steps() : 0; }
 
+  engine_counters counters() const { return {seed_, run_.step, loss_scale_.state()}; }
+  void restore(const engine_counters& saved) {
+    seed_ = saved.seed;
+    run_.seed = worker_seed(saved.seed);
+    run_.step = saved.dropout_step;
+    loss_scale_.restore(saved.loss_scale);
+    replicas_.restore_runs(saved.seed, saved.dropout_step);
+  }
+  // Optimizer slot s's region (after compile), for a checkpoint.
+  std::span<float> slot_region(int s) {
+    return {memory_.template at<float>(plan0::slot_offset(s)), Net::parameter_floats};
+  }
+
  private:
+  // The dropout seed of this process's replica 0: multi_worker's other
+  // workers draw their own masks.
+  std::uint64_t worker_seed(std::uint64_t seed) const {
+    if constexpr (requires { strategy_.rank(); })
+      if (strategy_.rank() > 0) return mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(strategy_.rank()));
+    return seed;
+  }
+
   std::size_t step_base() const {
     return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
   }
@@ -201,7 +221,7 @@ class engine<Net, Policy, Strategy, cpu> {
       auto& program = program_for<Batch::size>();
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       double loss = forward_and_backward(program, run_, batch.labels.data());
-      loss += regularize_and_update(batch.valid);
+      loss += regularize_and_update(batch.valid, loss);
       training_.loss_mean.update(loss, batch.valid);
       update_metrics(program, batch.labels.data(), batch.valid);
       return loss;
@@ -217,7 +237,7 @@ class engine<Net, Policy, Strategy, cpu> {
                                    [this](program_type& program, run_state& run, const auto* labels) {
                                      return forward_and_backward(program, run, labels);
                                    });
-      loss += regularize_and_update(Batch::size);
+      loss += regularize_and_update(Batch::size, loss);
       training_.loss_mean.update(loss, Batch::size);
       constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
       for (int r = 0; r < replica_count; ++r)
@@ -240,13 +260,20 @@ class engine<Net, Policy, Strategy, cpu> {
   }
 
   // Regularizers, then the optimizer, on replica 0's (all-reduced) gradients;
-  // returns the regularization penalty.
-  double regularize_and_update(int samples) {
+  // returns the regularization penalty. `loss` is the step's mean loss.
+  double regularize_and_update(int samples, double loss) {
     float* weights = memory_.template at<float>(0);
     float* grads = memory_.template at<float>(plan0::gradients_offset);
     // Across processes (multi_worker): the mean over every worker's gradient.
     if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
       strategy_.all_reduce_mean(grads, Net::parameter_floats);
+    // The NaN policy (train/non_finite.hpp): after the all-reduce, so that
+    // every worker stops at the same step; before the update, so that the
+    // weights stay the last good step's.
+    if constexpr (!loss_scaling) {
+      if (!std::isfinite(loss)) throw non_finite_loss(loss);
+      if (!all_finite_parallel(grads, Net::parameter_floats)) throw non_finite_gradient<Net>(grads);
+    }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
     // an inf or a NaN among them changes no weight (after the all-reduce,
     // every replica and worker sees the same verdict).
@@ -335,6 +362,7 @@ class engine<Net, Policy, Strategy, cpu> {
   arena memory_;
   backend::cpu::context context_;
   run_state run_;
+  std::uint64_t seed_ = 0;  // the model's
   precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
   std::shared_ptr<void> program_;
   int program_batch_ = 0;

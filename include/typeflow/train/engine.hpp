@@ -23,9 +23,24 @@
 //                                      the parameter and gradient regions on the host, up to date;
 //   replica_parameter_region(r), arena_bytes()
 //   set_loss_scale(o), loss_scale(), skipped_steps()
+//   counters(), restore(counters), slot_region(s)
+//                                      what a checkpoint keeps (train/checkpointing.hpp)
 #pragma once
 
+#include <cstdint>
+
+#include "typeflow/precision/loss_scale.hpp"
+
 namespace typeflow {
+
+// What a checkpoint keeps of an engine beside the parameter and slot
+// regions: the model's seed (each replica's and worker's dropout seed is
+// drawn from it), the dropout step counter, and the loss-scale state.
+struct engine_counters {
+  std::uint64_t seed = 0;
+  std::uint64_t dropout_step = 0;
+  precision::loss_scale_state loss_scale{};
+};
 
 template <class Net, class Policy, class Strategy, class Device>
 class engine {

@@ -46,7 +46,9 @@
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/precision/policy.hpp"
 #include "typeflow/precision/storage.hpp"
+#include "typeflow/io/checkpoint.hpp"
 #include "typeflow/train/callback.hpp"
+#include "typeflow/train/checkpointing.hpp"
 #include "typeflow/train/compiled.hpp"
 #include "typeflow/train/cpu_engine.hpp"
 #include "typeflow/train/engine.hpp"
@@ -147,6 +149,7 @@ class model {
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
     training_.template check_labelled<batch_type>("fit");
+    check_batch_size<batch_type::size>("fit");
     auto steps = engine_.template steps<batch_type>();
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
   }
@@ -159,10 +162,17 @@ class model {
     using batch_type = data::batch_of<N, Features, Label>;
     training_.template check_labelled<batch_type>("train_on_batch");
     training_state<Net>::check_full(batch);
+    check_batch_size<N>("train_on_batch");
     auto steps = engine_.template steps<batch_type>();
-    steps.stage(batch, 0);
-    steps.launch(0);
-    return steps.finish(0);
+    try {
+      steps.stage(batch, 0);
+      steps.launch(0);
+      return steps.finish(0);
+    } catch (const non_finite_error& e) {
+      throw non_finite_error("train_on_batch (update " + std::to_string(training_.iterations + 1) + "): " + e.what() +
+                                 "; the update was not applied",
+                             e.tensor());
+    }
   }
 
   // The loss and metrics over every sample of `data` (the last batch is
@@ -223,6 +233,59 @@ class model {
       const auto view = stored(p, region.data());
       for (std::size_t i = 0; i < p.size; ++i) std::memcpy(&view[i], bytes.data() + i * sizeof(float), sizeof(float));
     });
+  }
+
+  // A checkpoint of everything training needs to continue as if it had not
+  // stopped: the weights, the optimizer's slots and counters (accumulate<K>'s
+  // micro-batches included), the epochs begun (the shuffle key), the seed and
+  // dropout counter, the loss-scale state. Written atomically into
+  // dir/ckpt-<iterations>/ (io/checkpoint.hpp), keeping the newest
+  // options.keep; only the chief writes. Returns the checkpoint's directory.
+  std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
+    static_assert(std::is_same_v<Device, cpu>, "save_checkpoint: checkpoints are not on tf::cuda yet");
+    training_.require_compiled("save_checkpoint");
+    if (!is_chief()) return dir / io::detail::checkpoint_name(training_.iterations);
+    const auto region = engine_.parameters();
+    std::vector<io::tensor_to_write> tensors;
+    const std::int64_t floats = static_cast<std::int64_t>(Net::parameter_floats);
+    tensors.push_back({"parameters", "F32", {floats}, region.data(), region.size_bytes()});
+    for (int s = 0; s < training_.slots; ++s) {
+      const auto slot = engine_.slot_region(s);
+      tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {floats}, slot.data(), slot.size_bytes()});
+    }
+    return io::write_checkpoint(dir, training_.iterations, tensors,
+                                make_checkpoint_manifest(checkpoint_id(), saved_counters()), options.keep);
+  }
+
+  // Continues from the newest checkpoint in dir (or from dir, one
+  // checkpoint's directory). compile() must have run, with the optimizer the
+  // checkpoint was written with. A checkpoint of another network, policy,
+  // strategy or optimizer is refused before anything changes, naming what
+  // differs; the next fit must train at the batch size the checkpoint did.
+  void load_checkpoint(const std::filesystem::path& dir) {
+    static_assert(std::is_same_v<Device, cpu>, "load_checkpoint: checkpoints are not on tf::cuda yet");
+    training_.require_compiled("load_checkpoint");
+    const io::checkpoint_read read = io::read_checkpoint(dir);
+    const checkpoint_counters c = read_checkpoint_manifest(read.manifest, read.path, checkpoint_id(),
+                                                           training_.optimizer->name(), training_.slots);
+    // Every tensor there and of the right size, before anything is copied.
+    std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
+    for (int s = 0; s < training_.slots; ++s)
+      expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::parameter_floats)}});
+    io::check_tensors_match(read.tensors, expected);
+    const auto copy = [&](const std::string& name, std::span<float> into) {
+      const auto bytes = read.tensors.data(name);
+      std::memcpy(into.data(), bytes.data(), into.size_bytes());
+    };
+    copy("parameters", engine_.writable_parameters());
+    for (int s = 0; s < training_.slots; ++s) copy("optimizer.slot." + std::to_string(s), engine_.slot_region(s));
+    training_.iterations = c.iterations;
+    training_.optimizer->restore_pending_micro_batches(c.pending_micro_batches);
+    training_.epoch_counter = c.epochs_begun;
+    engine_.restore(c.engine);
+    seed_ = c.engine.seed;
+    trained_batch_size_ = c.batch_size;
+    resumed_ = c.batch_size != 0;
   }
 
   // The names, shapes and dtypes of every parameter, in arena order.
@@ -288,6 +351,32 @@ class model {
   }
 
  private:
+  checkpoint_identity checkpoint_id() const {
+    return {network_name<Net>(), policy_name<policy_type>(), strategy_name<Strategy>(), Device::name,
+            Net::parameter_floats};
+  }
+  checkpoint_counters saved_counters() const {
+    checkpoint_counters c;
+    c.optimizer = std::string(training_.optimizer->name());
+    c.slots = training_.slots;
+    c.iterations = training_.iterations;
+    c.pending_micro_batches = training_.optimizer->pending_micro_batches();
+    c.epochs_begun = training_.epoch_counter;
+    c.batch_size = trained_batch_size_;
+    c.engine = engine_.counters();
+    return c;
+  }
+  // A run continued from a checkpoint trains at the checkpoint's batch size.
+  template <int N>
+  void check_batch_size(const char* where) {
+    if (trained_batch_size_ != 0 && trained_batch_size_ != N && resumed_)
+      throw std::invalid_argument(std::string(where) + ": the checkpoint this model continues from was trained at "
+                                  "batch size " + std::to_string(trained_batch_size_) + "; these batches hold " +
+                                  std::to_string(N));
+    trained_batch_size_ = N;
+    resumed_ = false;
+  }
+
   using parameters = parameter_table<Net>;
   using parameter_info = typename parameters::info;
   // A parameter's elements in a host region laid out as the parameter region.
@@ -296,6 +385,8 @@ class model {
   }
 
   std::uint64_t seed_;
+  int trained_batch_size_ = 0;  // the last fit's or train_on_batch's batch size (a checkpoint records it)
+  bool resumed_ = false;        // load_checkpoint ran: the batch size must stay
   training_state<Net> training_;  // compile()'s optimizer, loss and metrics, counters, means
   engine_type engine_;            // the device's arena, programs and steps; the strategy's replicas
 };

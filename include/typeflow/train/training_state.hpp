@@ -28,9 +28,11 @@
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
+#include "typeflow/callbacks/terminate_on_nan.hpp"
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/compiled.hpp"
 #include "typeflow/train/history.hpp"
+#include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/progress_bar.hpp"
 
 namespace typeflow {
@@ -209,6 +211,10 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   if (bar) callbacks.push_back(bar.get());
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
   callbacks.push_back(&recorder);
+  callbacks::terminate_on_nan* terminator = nullptr;  // with one, a non-finite step ends the run cleanly
+  for (auto* c : options.callbacks)
+    if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
+  bool terminated = false;
 
   const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
   batch_type batch;
@@ -228,16 +234,30 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     if (have) steps.stage(batch, parity);
     waited += clock::now() - mark;
     while (have) {
-      mark = clock::now();
-      steps.launch(parity);
-      stepped += clock::now() - mark;
-      mark = clock::now();
-      const bool next = cursor.next(batch) && batch.valid == batch_type::size;
-      if (next) steps.stage(batch, 1 - parity);
-      waited += clock::now() - mark;
-      mark = clock::now();
-      steps.finish(parity);
-      stepped += clock::now() - mark;
+      bool next = false;
+      try {
+        mark = clock::now();
+        steps.launch(parity);
+        stepped += clock::now() - mark;
+        mark = clock::now();
+        next = cursor.next(batch) && batch.valid == batch_type::size;
+        if (next) steps.stage(batch, 1 - parity);
+        waited += clock::now() - mark;
+        mark = clock::now();
+        steps.finish(parity);
+        stepped += clock::now() - mark;
+      } catch (const non_finite_error& e) {
+        const std::string where = "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(step + 1) +
+                                  " (update " + std::to_string(state.iterations + 1) + "): ";
+        if (!terminator)
+          throw non_finite_error(where + e.what() + "; the update was not applied, so the weights are the last "
+                                                    "good step's (see callbacks::terminate_on_nan to end the run "
+                                                    "cleanly instead)",
+                                 e.tensor());
+        terminator->stopped(epoch, step + 1, where + e.what());
+        terminated = true;
+        break;
+      }
       ++step;
       state.fill_logs(step_logs, "");
       if constexpr (LossScaling) {  // mixed_float16: Keras's LossScaleOptimizer state
@@ -254,7 +274,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       have = next;
       parity = 1 - parity;
     }
-    if (step == 0)
+    if (step == 0 && !terminated)
       throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
                                   std::to_string(batch_type::size) +
                                   " samples to train on; the dataset is smaller than one batch");
@@ -264,6 +284,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       state.fill_logs(epoch_logs, "val_");
     }
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
+    if (terminated) break;
   }
   for (auto* c : callbacks) c->on_train_end(epoch_logs);
   return result;

@@ -1,0 +1,160 @@
+// What model::save_checkpoint writes beside the tensors, and what
+// load_checkpoint checks before it changes anything: the manifest.
+//
+//   "model":     network type, policy, strategy, device, the parameter
+//                region's floats: a checkpoint from another model, policy or
+//                strategy is refused, naming what differs;
+//   "optimizer": its name, slot count, the update count (iterations, which
+//                the schedules and Adam's bias correction read) and
+//                accumulate<K>'s micro-batches since its last update;
+//   "training":  epochs begun (each epoch's shuffle key), the batch size
+//                trained at (the next fit must use the same), the model's
+//                seed and the dropout step counter;
+//   "loss_scale": mixed_float16's state machine (scale, finite steps, skips).
+// The tensors (io/checkpoint.hpp writes both) are "parameters" and
+// "optimizer.slot.<s>", each the whole padded region, so that loading
+// restores the arena's bytes exactly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/single_device.hpp"
+#include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/train/engine.hpp"
+
+namespace typeflow {
+
+// save_checkpoint's options.
+struct checkpoint_options {
+  int keep = 3;  // the newest checkpoints kept in the directory
+};
+
+// What a checkpoint must match to be loaded.
+struct checkpoint_identity {
+  std::string network, policy, strategy, device;
+  std::size_t parameter_floats = 0;
+};
+
+// The network as written, e.g. "sequential<input(12), dense<32>, relu, dense<4>>",
+// with the input's dtype: what a checkpoint's weights were laid out for.
+template <class Net>
+std::string network_name() {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    std::string s = "sequential<" + std::string(Net::input_dtype::name) + " ";
+    ((s += (I ? ", " : "") + Net::template layer_type_name<I>()), ...);
+    return s + ">";
+  }(std::make_index_sequence<Net::layer_count>{});
+}
+
+// "single_device", "mirrored<2>", "mirrored<2, sync_batch_norm_statistics>" or "multi_worker".
+template <class Strategy>
+std::string strategy_name() {
+  if constexpr (std::is_same_v<Strategy, single_device>)
+    return "single_device";
+  else if constexpr (requires { Strategy::sync_statistics; })
+    return "mirrored<" + std::to_string(Strategy::replicas) +
+           (Strategy::sync_statistics ? ", sync_batch_norm_statistics>" : ">");
+  else
+    return "multi_worker";
+}
+
+// The optimizer's and training's counters as the manifest holds them.
+struct checkpoint_counters {
+  std::string optimizer;
+  int slots = 0;
+  std::int64_t iterations = 0;
+  int pending_micro_batches = 0;
+  std::uint64_t epochs_begun = 0;
+  int batch_size = 0;  // 0: never trained
+  engine_counters engine{};
+};
+
+inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity& id, const checkpoint_counters& c) {
+  const auto& ls = c.engine.loss_scale;
+  return {{"format", "typeflow-checkpoint"},
+          {"format_version", 1},
+          {"model",
+           {{"network", id.network},
+            {"policy", id.policy},
+            {"strategy", id.strategy},
+            {"device", id.device},
+            {"parameter_floats", id.parameter_floats}}},
+          {"optimizer",
+           {{"name", c.optimizer},
+            {"slots", c.slots},
+            {"iterations", c.iterations},
+            {"pending_micro_batches", c.pending_micro_batches}}},
+          {"training",
+           {{"epochs_begun", c.epochs_begun},
+            {"batch_size", c.batch_size},
+            {"seed", c.engine.seed},
+            {"dropout_step", c.engine.dropout_step}}},
+          {"loss_scale",
+           {{"scale", ls.loss_scale},
+            {"skipped", ls.skipped},
+            {"skip_non_finite", ls.skip_non_finite},
+            {"dynamic", ls.dynamic},
+            {"growth_steps", ls.growth_steps},
+            {"finite_steps", ls.finite_steps}}}};
+}
+
+// Checks the manifest against this model (identity, and the optimizer that
+// compile() was given) and returns its counters. Throws std::runtime_error
+// naming the checkpoint and the first field that differs.
+inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, const std::filesystem::path& where,
+                                                    const checkpoint_identity& id, std::string_view optimizer,
+                                                    int slots) {
+  const auto fail = [&](const std::string& what) {
+    return std::runtime_error("load_checkpoint: \"" + where.string() + "\" " + what);
+  };
+  try {
+    const auto& model = m.at("model");
+    const auto differs = [&](const char* field, const std::string& theirs, const std::string& ours) {
+      if (theirs != ours)
+        throw fail("was written by a model with another " + std::string(field) + ": " + theirs + "; this model's is " +
+                   ours);
+    };
+    differs("network", model.at("network").get<std::string>(), id.network);
+    differs("policy", model.at("policy").get<std::string>(), id.policy);
+    differs("strategy", model.at("strategy").get<std::string>(), id.strategy);
+    differs("parameter region size (floats)", std::to_string(model.at("parameter_floats").get<std::size_t>()),
+            std::to_string(id.parameter_floats));
+    const auto& o = m.at("optimizer");
+    differs("optimizer", o.at("name").get<std::string>(), std::string(optimizer));
+    differs("optimizer slot count", std::to_string(o.at("slots").get<int>()), std::to_string(slots));
+    checkpoint_counters c;
+    c.optimizer = o.at("name").get<std::string>();
+    c.slots = o.at("slots").get<int>();
+    c.iterations = o.at("iterations").get<std::int64_t>();
+    c.pending_micro_batches = o.at("pending_micro_batches").get<int>();
+    const auto& t = m.at("training");
+    c.epochs_begun = t.at("epochs_begun").get<std::uint64_t>();
+    c.batch_size = t.at("batch_size").get<int>();
+    c.engine.seed = t.at("seed").get<std::uint64_t>();
+    c.engine.dropout_step = t.at("dropout_step").get<std::uint64_t>();
+    const auto& ls = m.at("loss_scale");
+    c.engine.loss_scale.loss_scale = ls.at("scale").get<float>();
+    c.engine.loss_scale.skipped = ls.at("skipped").get<std::int64_t>();
+    c.engine.loss_scale.skip_non_finite = ls.at("skip_non_finite").get<std::int32_t>();
+    c.engine.loss_scale.dynamic = ls.at("dynamic").get<std::int32_t>();
+    c.engine.loss_scale.growth_steps = ls.at("growth_steps").get<std::int32_t>();
+    c.engine.loss_scale.finite_steps = ls.at("finite_steps").get<std::int32_t>();
+    if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0)
+      throw fail("has a negative counter in manifest.json");
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw fail("has a manifest.json without a field this version needs: " + std::string(e.what()));
+  }
+}
+
+}  // namespace typeflow

@@ -1,0 +1,74 @@
+// The NaN policy: a non-finite loss or gradient stops training before the
+// update that it would spoil, so the weights stay those of the last good
+// step. (Under mixed_float16 the loss scale skips such a step instead, as
+// Keras's LossScaleOptimizer does.) Checking the loss alone is not enough: a
+// NaN among the input features of a relu network leaves the loss finite
+// (relu maps NaN to 0) while its gradient fills the first kernel with NaN.
+//
+// The engine throws non_finite_error naming the tensor; fit adds the epoch,
+// the batch in it and the update number, or, with a
+// callbacks::terminate_on_nan among its callbacks, ends the run cleanly.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/train/parameter_table.hpp"
+
+namespace typeflow {
+
+class non_finite_error : public std::runtime_error {
+ public:
+  non_finite_error(const std::string& message, std::string tensor)
+      : std::runtime_error(message), tensor_(std::move(tensor)) {}
+  // "loss", or the parameter whose gradient is not finite, e.g. "layers.1.kernel".
+  const std::string& tensor() const noexcept { return tensor_; }
+
+ private:
+  std::string tensor_;
+};
+
+// Whether all n values are finite: one pass, split across the cores for
+// large regions (a gradient region is read once per step for this).
+inline bool all_finite_parallel(const float* values, std::size_t n) noexcept {
+  int bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+  for (std::size_t i = 0; i < n; ++i) bad |= !(values[i] - values[i] == 0.f);  // inf - inf and NaN are NaN
+  return bad == 0;
+}
+
+namespace detail {
+inline std::string value_text(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
+}  // namespace detail
+
+// The error for a gradient region with a non-finite value: the first
+// parameter (in arena order) that holds one, its element and value.
+template <class Net>
+non_finite_error non_finite_gradient(const float* gradients) {
+  std::string name = "the parameter region's padding", where;
+  bool found = false;
+  parameter_table<Net>::for_each([&](const auto& p) {
+    if (found) return;
+    const float* g = gradients + p.offset / sizeof(float);
+    for (std::size_t i = 0; i < p.size && !found; ++i) {
+      const std::size_t at = i / p.row_length * p.row_stride + i % p.row_length;
+      if (!std::isfinite(g[at])) {
+        name = p.name;
+        where = " (" + detail::value_text(g[at]) + " at element " + std::to_string(i) + " of " +
+                std::to_string(p.size) + ")";
+        found = true;
+      }
+    }
+  });
+  return non_finite_error("the gradient of " + name + " is not finite" + where, name);
+}
+
+inline non_finite_error non_finite_loss(double loss) {
+  return non_finite_error("the loss is not finite (" + detail::value_text(static_cast<float>(loss)) + ")", "loss");
+}
+
+}  // namespace typeflow

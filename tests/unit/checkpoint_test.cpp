@@ -1,0 +1,297 @@
+// Checkpoints: a run of 2N steps and a run of N steps, a checkpoint, a fresh
+// model that loads it and N more steps give the same bits (weights, optimizer
+// slots, losses); what differs is refused by name; a writer killed at any
+// moment leaves the last complete checkpoint loadable.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+namespace fs = std::filesystem;
+
+namespace {
+
+using net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dropout<0.25f>, tf::dense<16>, tf::tanh,
+                           tf::dense<4>>;
+using other_net = tf::sequential<tf::input<12>, tf::dense<33>, tf::relu, tf::dropout<0.25f>, tf::dense<16>, tf::tanh,
+                                 tf::dense<4>>;
+using mixed_net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dense<4, tf::float32>>;
+constexpr int samples = 192;
+
+auto dataset() {
+  std::vector<float> x(samples * 12);
+  std::vector<std::int32_t> y(samples);
+  const tf::random_stream rng{17, 3};
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 2.f * rng.uniform(i) - 1.f;
+  for (int i = 0; i < samples; ++i) y[i] = (x[i * 12] + x[i * 12 + 5] > 0.f ? 1 : 0) + (x[i * 12 + 2] > 0.3f ? 2 : 0);
+  return tf::data::from_tensor_slices<tf::shape<12>>(std::move(x), std::move(y)) | tf::data::shuffle(samples, 9) |
+         tf::data::batch<32>;
+}
+
+using features = tf::data::tensor_value<float, tf::shape<12>>;
+using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+tf::data::batch_of<32, features, label> batch_number(int index) {
+  tf::data::batch_of<32, features, label> b;
+  const tf::random_stream rng{91, static_cast<std::uint64_t>(index)};
+  for (std::size_t i = 0; i < b.features.size(); ++i) b.features[i] = 2.f * rng.uniform(i) - 1.f;
+  for (int i = 0; i < 32; ++i) b.labels[i] = (i * 5 + index) % 4;
+  b.valid = 32;
+  return b;
+}
+
+struct scratch_dir {
+  fs::path path;
+  explicit scratch_dir(const std::string& name)
+      : path(fs::temp_directory_path() / ("typeflow_checkpoint_test_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+  }
+  ~scratch_dir() { fs::remove_all(path); }
+};
+
+template <class Model>
+void compile_adam(Model& m) {
+  m.compile(tf::optimizers::adam{.learning_rate = 0.01}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+            tf::metrics::accuracy{});
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// Every tensor of two checkpoints, byte for byte.
+bool same_tensors(const fs::path& a, const fs::path& b) {
+  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
+  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
+  for (const auto& t : x.tensors.tensors()) {
+    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
+    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: 2 epochs, or 1 epoch + checkpoint + a fresh model + 1 epoch, give the same bits") {
+  scratch_dir dir("epochs"), whole_dir("epochs_whole");
+  tf::model<net> whole{5};
+  compile_adam(whole);
+  const auto h = whole.fit(dataset(), {.epochs = 2, .verbose = 0});
+
+  tf::model<net> first{5};
+  compile_adam(first);
+  first.fit(dataset(), {.epochs = 1, .verbose = 0});
+  const fs::path written = first.save_checkpoint(dir.path);
+  CHECK(written.filename() == "ckpt-000000000006");  // 192 / 32 = 6 updates
+
+  tf::model<net> resumed{1234};  // another seed: the checkpoint's is restored
+  compile_adam(resumed);
+  resumed.load_checkpoint(dir.path);
+  CHECK(resumed.iterations() == 6);
+  const auto h2 = resumed.fit(dataset(), {.epochs = 1, .verbose = 0});
+
+  CHECK(h2["loss"][0] == h["loss"][1]);  // the same shuffle and dropout masks: the same loss, exactly
+  CHECK(h2["accuracy"][0] == h["accuracy"][1]);
+  CHECK(same_bits(resumed.parameter_region(), whole.parameter_region()));
+  CHECK(resumed.iterations() == whole.iterations());
+  // The optimizer's slots too.
+  whole.save_checkpoint(whole_dir.path);
+  CHECK(same_tensors(resumed.save_checkpoint(dir.path), whole_dir.path));
+}
+
+TEST_CASE("checkpoint: accumulate<4> interrupted between micro-batches resumes exactly") {
+  scratch_dir dir("accumulate");
+  const auto compile = [](auto& m) {
+    m.compile(tf::optimizers::accumulate<4>(tf::optimizers::adamw{.learning_rate = 0.01}),
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  };
+  tf::model<net> whole{3}, first{3}, resumed{3};
+  compile(whole);
+  compile(first);
+  compile(resumed);
+  std::vector<double> losses;
+  for (int i = 0; i < 10; ++i) losses.push_back(whole.train_on_batch(batch_number(i)));
+  for (int i = 0; i < 6; ++i) first.train_on_batch(batch_number(i));  // one update and 2 micro-batches
+  first.save_checkpoint(dir.path);
+  resumed.load_checkpoint(dir.path);
+  CHECK(resumed.iterations() == 1);
+  for (int i = 6; i < 10; ++i) CHECK(resumed.train_on_batch(batch_number(i)) == losses[static_cast<std::size_t>(i)]);
+  CHECK(resumed.iterations() == 2);
+  CHECK(same_bits(resumed.parameter_region(), whole.parameter_region()));
+}
+
+TEST_CASE("checkpoint: mixed_float16 keeps its loss-scale state across a resume") {
+  scratch_dir dir("loss_scale");
+  const auto start = [](auto& m) {
+    compile_adam(m);
+    m.set_loss_scale(tf::precision::dynamic_loss_scale{.initial_scale = 1024.f, .growth_steps = 3});
+  };
+  tf::model<mixed_net, tf::mixed_float16> whole{2}, first{2}, resumed{2};
+  start(whole);
+  start(first);
+  start(resumed);
+  for (int i = 0; i < 8; ++i) whole.train_on_batch(batch_number(i));
+  for (int i = 0; i < 4; ++i) first.train_on_batch(batch_number(i));
+  REQUIRE(first.loss_scale() == 2048.f);  // grew after 3 finite steps
+  first.save_checkpoint(dir.path);
+  resumed.load_checkpoint(dir.path);
+  CHECK(resumed.loss_scale() == 2048.f);
+  for (int i = 4; i < 8; ++i) resumed.train_on_batch(batch_number(i));
+  CHECK(resumed.loss_scale() == whole.loss_scale());
+  CHECK(resumed.skipped_steps() == whole.skipped_steps());
+  CHECK(same_bits(resumed.parameter_region(), whole.parameter_region()));
+}
+
+TEST_CASE("checkpoint: mirrored<2> resumes with every replica's weights and dropout stream") {
+  scratch_dir dir("mirrored");
+  tf::model<net, tf::float32, tf::mirrored<2>> whole{6}, first{6}, resumed{99};
+  compile_adam(whole);
+  compile_adam(first);
+  compile_adam(resumed);
+  const auto h = whole.fit(dataset(), {.epochs = 2, .verbose = 0});
+  first.fit(dataset(), {.epochs = 1, .verbose = 0});
+  first.save_checkpoint(dir.path);
+  resumed.load_checkpoint(dir.path);
+  const auto h2 = resumed.fit(dataset(), {.epochs = 1, .verbose = 0});
+  CHECK(h2["loss"][0] == h["loss"][1]);
+  CHECK(same_bits(resumed.parameter_region(), whole.parameter_region()));
+  CHECK(same_bits(resumed.replica_parameter_region(1), whole.replica_parameter_region(1)));
+}
+
+TEST_CASE("checkpoint: another network, policy, strategy, optimizer or batch size is refused by name") {
+  scratch_dir dir("refusals");
+  tf::model<net> source{1};
+  compile_adam(source);
+  source.fit(dataset(), {.epochs = 1, .verbose = 0});
+  source.save_checkpoint(dir.path);
+  const auto before = [](auto& m) { return std::vector<float>(m.parameter_region().begin(), m.parameter_region().end()); };
+
+  tf::model<other_net> wider{1};
+  compile_adam(wider);
+  const auto wider_weights = before(wider);
+  CHECK_THROWS_WITH_AS(wider.load_checkpoint(dir.path), doctest::Contains("another network"), std::runtime_error);
+  CHECK(same_bits(wider.parameter_region(), wider_weights));  // nothing changed
+
+  {
+    scratch_dir float32_dir("refusals_policy");
+    tf::model<mixed_net> float32_source{1};
+    compile_adam(float32_source);
+    float32_source.save_checkpoint(float32_dir.path);
+    tf::model<mixed_net, tf::mixed_bfloat16> bf16{1};
+    compile_adam(bf16);
+    CHECK_THROWS_WITH_AS(bf16.load_checkpoint(float32_dir.path),
+                         doctest::Contains("another policy: float32; this model's is mixed_bfloat16"),
+                         std::runtime_error);
+  }
+
+  tf::model<net, tf::float32, tf::mirrored<2>> two{1};
+  compile_adam(two);
+  CHECK_THROWS_WITH_AS(two.load_checkpoint(dir.path),
+                       doctest::Contains("another strategy: single_device; this model's is mirrored<2>"),
+                       std::runtime_error);
+
+  tf::model<net> sgd{1};
+  sgd.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  CHECK_THROWS_WITH_AS(sgd.load_checkpoint(dir.path), doctest::Contains("another optimizer: adam"), std::runtime_error);
+
+  tf::model<net> uncompiled{1};
+  CHECK_THROWS_WITH_AS(uncompiled.load_checkpoint(dir.path), doctest::Contains("call compile"), std::logic_error);
+
+  tf::model<net> same{1};
+  compile_adam(same);
+  same.load_checkpoint(dir.path);
+  const auto small = tf::data::from_tensor_slices<tf::shape<12>>(std::vector<float>(16 * 12, 0.5f),
+                                                                  std::vector<std::int32_t>(16, 1)) |
+                     tf::data::batch<16>;
+  CHECK_THROWS_WITH_AS(same.fit(small, {.verbose = 0}), doctest::Contains("trained at batch size 32"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("checkpoint: keeps the newest K, reads the newest, and names what is missing or malformed") {
+  scratch_dir dir("keep");
+  tf::model<net> m{1};
+  compile_adam(m);
+  for (int i = 0; i < 5; ++i) {
+    m.train_on_batch(batch_number(i));
+    m.save_checkpoint(dir.path, {.keep = 2});
+  }
+  const auto kept = tf::io::list_checkpoints(dir.path);
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].filename() == "ckpt-000000000004");
+  CHECK(kept[1].filename() == "ckpt-000000000005");
+  CHECK(tf::io::read_checkpoint(dir.path).path == kept[1]);
+
+  CHECK_THROWS_WITH_AS(m.load_checkpoint(dir.path / "nothing"), doctest::Contains("holds no checkpoint"),
+                       std::runtime_error);
+  std::ofstream(kept[1] / "manifest.json") << "{\"format\": \"typeflow-checkpoint\", ";
+  CHECK_THROWS_WITH_AS(m.load_checkpoint(dir.path), doctest::Contains("is not valid JSON"), std::runtime_error);
+  std::ofstream(kept[1] / "manifest.json") << "{\"format\": \"typeflow-checkpoint\", \"format_version\": 7}";
+  CHECK_THROWS_WITH_AS(m.load_checkpoint(dir.path), doctest::Contains("has format version 7"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(m.save_checkpoint(dir.path, {.keep = 0}), doctest::Contains("keep must be at least 1"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("checkpoint: a writer killed at random moments always leaves the last complete checkpoint loadable") {
+  scratch_dir dir("kills");
+  // The child writes checkpoints numbered 1, 2, ... whose every float is the
+  // number; the parent kills it at a random moment, 50 times, and then reads.
+  constexpr std::size_t floats = 1 << 18;  // 1 MiB a checkpoint, so kills land mid-write
+  std::mt19937 rng(7);
+  std::int64_t next = 1;
+  int complete = 0;
+  for (int kill = 0; kill < 50; ++kill) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // file writes only: no OpenMP, no doctest
+      try {
+        std::vector<float> values(floats);
+        for (std::int64_t n = next;; ++n) {
+          std::fill(values.begin(), values.end(), static_cast<float>(n));
+          const tf::io::tensor_to_write t{"parameters", "F32", {static_cast<std::int64_t>(floats)}, values.data(),
+                                          floats * sizeof(float)};
+          tf::io::write_checkpoint(dir.path, n, std::span(&t, 1),
+                                   {{"format", "typeflow-checkpoint"}, {"format_version", 1}, {"number", n}}, 2);
+        }
+      } catch (...) {
+      }
+      ::_exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(200, 20000)(rng)));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    const auto latest = tf::io::latest_checkpoint(dir.path);
+    if (!latest) continue;  // killed before the first one was complete
+    const auto read = tf::io::read_checkpoint(dir.path);
+    const std::int64_t n = read.manifest.at("number").get<std::int64_t>();
+    const auto bytes = read.tensors.data("parameters");
+    REQUIRE(bytes.size() == floats * sizeof(float));
+    std::vector<float> values(floats);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    CHECK(std::all_of(values.begin(), values.end(), [&](float v) { return v == static_cast<float>(n); }));
+    next = n + 1;
+    ++complete;
+  }
+  MESSAGE(complete << " of 50 kills left a complete checkpoint to read; the last read was ckpt " << next - 1);
+  CHECK(complete > 0);
+  // Abandoned temporary directories of killed writers are removed by the next write.
+  const tf::io::tensor_to_write t{"parameters", "F32", {1}, &complete, sizeof(float)};
+  tf::io::write_checkpoint(dir.path, next, std::span(&t, 1), {{"format", "typeflow-checkpoint"}, {"format_version", 1}});
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    CHECK_MESSAGE(entry.path().filename().string().rfind("ckpt-", 0) == 0, "left behind: " << entry.path());
+}
