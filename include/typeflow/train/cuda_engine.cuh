@@ -17,13 +17,9 @@
 // batch's host-to-device copy runs on a second stream while a step computes.
 //
 // mirrored<N>: replica r lives on device r with its own arena, weights and
-// optimizer state; each takes B / N consecutive samples, its backward is
-// enqueued layer by layer across the replicas, and each gradient bucket's
-// NCCL all-reduce (the mean) starts as soon as its layers are done, on a
-// communication stream, while the lower layers' backward runs. Every replica
-// then makes the same update on the same mean, so the weights stay equal
-// without a broadcast. These steps are enqueued eagerly, not captured: NCCL
-// warns that graphs over several GPUs of one process can deadlock.
+// optimizer state, and takes B / N consecutive samples; the backward
+// interleaved with NCCL's all-reduce, and multi_worker's communicator, are
+// distribute/cuda_replicas.cuh's.
 #pragma once
 
 #include <cublasLt.h>
@@ -51,6 +47,7 @@
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
 #include "typeflow/backend/device.hpp"
+#include "typeflow/distribute/cuda_replicas.cuh"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"
@@ -65,8 +62,8 @@ template <class Net, class Policy, class Strategy>
 class engine<Net, Policy, Strategy, cuda> {
   static_assert(!Net::has_regularizers,
                 "model<Net, Policy, Strategy, cuda>: kernel and bias regularizers are not on tf::cuda yet");
-  // multi_worker: one process per GPU (the local rank's), NCCL bootstrapped over MPI.
-  static constexpr bool across_processes = std::is_same_v<Strategy, multi_worker>;
+  using replication = cuda_replicas<Net, Strategy>;
+  static constexpr bool across_processes = replication::across_processes;
   static constexpr bool syncs_statistics = [] {
     if constexpr (requires { Strategy::sync_statistics; })
       return Strategy::sync_statistics;
@@ -102,12 +99,8 @@ class engine<Net, Policy, Strategy, cuda> {
       throw std::invalid_argument("model<..., cuda>: device " + std::to_string(first_device) + " is negative");
     host_.reserve(plan0::parameter_bytes, 0);
     initialize_parameters<Net>(host_.data(), seed);
-    if constexpr (across_processes) {
-      worker_ = std::make_unique<backend::cuda::nccl_communicator>(MPI_COMM_WORLD);
-      first_device = worker_->device();
-      // Each worker draws its own dropout masks, as on the CPU.
-      if (worker_->rank() > 0) seed = mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(worker_->rank()));
-    }
+    first_device = replication_.first_device(first_device);
+    seed = replication_.worker_seed(seed);  // each worker draws its own dropout masks, as on the CPU
     backend::cuda::require_devices(first_device + replica_count, replica_count > 1 ? "mirrored<N> on tf::cuda"
                                                                                    : "model<Net, Policy, Strategy, cuda>");
     for (int r = 0; r < replica_count; ++r) {
@@ -116,24 +109,12 @@ class engine<Net, Policy, Strategy, cuda> {
       replicas_.push_back(std::make_unique<replica>(first_device + r, replica_seed));
       *replicas_.back()->state_mirror() = initial_state_;
     }
-    if constexpr (replica_count > 1) {
-      if (first_device != 0)
-        throw std::invalid_argument("mirrored<N> on tf::cuda: the replicas use devices 0 .. N-1 (ncclCommInitAll)");
-      nccl_ = std::make_unique<backend::cuda::nccl_communicators>(replica_count);
-    }
+    replication_.connect(first_device);
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
-  ~engine() {
-    for (auto& r : replicas_) r->all_reduce.reset();  // before the communicators
-  }
 
-  bool is_chief() const {
-    if constexpr (across_processes)
-      return worker_->rank() == 0;
-    else
-      return true;
-  }
+  bool is_chief() const { return replication_.is_chief(); }
   const Strategy& strategy() const { return strategy_; }
   int device(int r) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
   // Replica 0's device arena in bytes (0 before the first step).
@@ -161,6 +142,7 @@ class engine<Net, Policy, Strategy, cuda> {
                                                           Net::parameter_floats, initial_state_);
       *r->state_mirror() = initial_state_;
       r->forget_program();
+      replication_.forget();
       r->arena = backend::cuda::device_buffer();
     }
     device_has_weights_ = false;
@@ -316,7 +298,6 @@ class engine<Net, Policy, Strategy, cuda> {
     std::size_t feature_bytes = 0, label_bytes = 0;
     backend::cuda::pinned_buffer results_host;  // row losses, then outputs
     std::array<backend::cuda::graph, 2> train_graph;
-    std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce;
 
     // What its executors share: everything is enqueued on the compute stream.
     backend::cuda::context context{compute.get(), lt.get(), gemm_workspace.data(), gemm_workspace_bytes,
@@ -335,7 +316,6 @@ class engine<Net, Policy, Strategy, cuda> {
                                                    feature_bytes);
     }
     void forget_program() {
-      all_reduce.reset();
       for (auto& g : train_graph) g.reset();
       program.reset();
       program_batch = 0;
@@ -360,6 +340,7 @@ class engine<Net, Policy, Strategy, cuda> {
           arena = std::move(grown);
         }
         forget_program();
+        m.replication_.forget();  // the gradient regions moved
         program = std::make_shared<program_type<N>>(arena.data(), step_base, context, run);
         // Two pinned host buffers and two device buffers, so batch k + 1
         // moves while step k runs.
@@ -400,33 +381,15 @@ class engine<Net, Policy, Strategy, cuda> {
   };
 
 
-  // Every replica's program for the shard size; with N > 1, the bucketed
+  // Every replica's program for the shard size, and the strategy's
   // all-reduce over their gradient regions.
   template <int Shard>
   void prepare_programs() {
     for (auto& r : replicas_) r->template program_for<Shard>(*this);
-    if constexpr (across_processes) {
-      if (!replicas_[0]->all_reduce) {
-        std::vector<std::size_t> layer_offsets(Net::layer_count);
-        for (std::size_t i = 0; i < Net::layer_count; ++i)
-          layer_offsets[i] = memory_plan<Net, Shard, 0>::layer_parameter_offset[i] / sizeof(float);
-        replicas_[0]->all_reduce = std::make_unique<backend::cuda::bucketed_all_reduce>(
-            *worker_, reinterpret_cast<float*>(replicas_[0]->arena.data() + plan0::gradients_offset),
-            std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
-      }
-    }
-    if constexpr (replica_count > 1) {
-      if (!replicas_[0]->all_reduce) {
-        std::vector<float*> gradients;
-        for (auto& r : replicas_) gradients.push_back(reinterpret_cast<float*>(r->arena.data() + plan0::gradients_offset));
-        std::vector<std::size_t> layer_offsets(Net::layer_count);
-        for (std::size_t i = 0; i < Net::layer_count; ++i)
-          layer_offsets[i] = memory_plan<Net, Shard, 0>::layer_parameter_offset[i] / sizeof(float);
-        replicas_[0]->all_reduce = std::make_unique<backend::cuda::bucketed_all_reduce>(
-            *nccl_, std::span<float* const>(gradients), std::span<const std::size_t>(layer_offsets),
-            Net::parameter_floats);
-      }
-    }
+    std::array<float*, replica_count> gradients{};
+    for (std::size_t k = 0; k < replicas_.size(); ++k)
+      gradients[k] = reinterpret_cast<float*>(replicas_[k]->arena.data() + plan0::gradients_offset);
+    replication_.prepare(gradients);
   }
 
   template <int Shard>
@@ -446,7 +409,8 @@ class engine<Net, Policy, Strategy, cuda> {
   }
 
   // Enqueues step k on every replica: one graph replay on one device; with
-  // N > 1, the same work enqueued eagerly with the all-reduce in between.
+  // N > 1 or several workers, the same work enqueued eagerly with the
+  // strategy's all-reduce in between.
   template <int Shard>
   void launch_train_step(int parity) {
     ++steps_;
@@ -456,7 +420,7 @@ class engine<Net, Policy, Strategy, cuda> {
       r->step_host.template data<backend::cuda::step_values>()->step = steps_;
       r->optimizer->prepare(training_.iterations + 1, r->compute.get());
     }
-    if constexpr (replica_count == 1 && !across_processes) {
+    if constexpr (!replication::eager) {
       auto& r = *replicas_[0];
       backend::cuda::device_guard on(r.device);
       auto& graph = r.train_graph[static_cast<std::size_t>(parity)];
@@ -475,15 +439,11 @@ class engine<Net, Policy, Strategy, cuda> {
         streams[k] = r->compute.get();
         record_forward_and_loss<Shard>(*r, parity, r->compute.get());
       }
-      auto& all_reduce = *replicas_[0]->all_reduce;
-      for (std::size_t i = Net::layer_count; i-- > 0;) {
-        for (auto& r : replicas_) {
-          backend::cuda::device_guard on(r->device);
-          program_of<Shard>(*r).backward_layer(i);
-        }
-        all_reduce.gradient_ready(i, streams);
-      }
-      all_reduce.finish(streams);
+      replication_.backward_all_reduced(streams, [&](int k, std::size_t i) {
+        auto& r = *replicas_[static_cast<std::size_t>(k)];
+        backend::cuda::device_guard on(r.device);
+        program_of<Shard>(r).backward_layer(i);
+      });
       for (auto& r : replicas_) {
         backend::cuda::device_guard on(r->device);
         record_update<Shard>(*r, r->compute.get());
@@ -544,11 +504,7 @@ class engine<Net, Policy, Strategy, cuda> {
     double loss = 0;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
-      // A dead or stalled worker ends in an error naming the rank, not a hang.
-      if constexpr (across_processes)
-        worker_->wait(r->compute.get());
-      else
-        r->compute.synchronize();
+      replication_.wait(r->compute);  // multi_worker: a dead or stalled worker is an error naming the rank
       double sum = 0;
       for (int i = 0; i < rows; ++i) sum += r->results()[i];
       loss += sum / rows / replica_count;
@@ -615,12 +571,8 @@ class engine<Net, Policy, Strategy, cuda> {
       backend::cuda::device_guard on(r->device);
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r->arena.data(), host_.data(), plan0::parameter_bytes,
                                           cudaMemcpyHostToDevice, r->compute.get()));
-      if constexpr (across_processes) {
-        worker_->broadcast(reinterpret_cast<float*>(r->arena.data()), Net::parameter_floats, 0, r->compute.get(),
-                           "the broadcast of the weights");
-        worker_->wait(r->compute.get());
+      if (replication_.broadcast_weights(reinterpret_cast<float*>(r->arena.data()), Net::parameter_floats, r->compute))
         host_stale_ = true;  // the host may hold another rank's weights until the next download
-      }
       r->compute.synchronize();
     }
     device_has_weights_ = std::all_of(replicas_.begin(), replicas_.end(), [](auto& r) { return r->arena.size() > 0; });
@@ -643,12 +595,8 @@ class engine<Net, Policy, Strategy, cuda> {
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})
                                            : optimizers::device::make_step_state();
-  std::vector<std::unique_ptr<replica>> replicas_;
-  // mirrored<N>. Destroyed before the replicas; ~engine first drops the
-  // bucketed all-reduce that refers to it.
-  std::unique_ptr<backend::cuda::nccl_communicators> nccl_;
-  // multi_worker: this process's rank in the job.
-  std::unique_ptr<backend::cuda::nccl_communicator> worker_;
+  replication replication_;  // mirrored<N>'s and multi_worker's communicators and all-reduce
+  std::vector<std::unique_ptr<replica>> replicas_;  // destroyed before the communicators
   bool device_has_weights_ = false;
   mutable bool host_stale_ = false;  // the devices trained since the host copy
 };

@@ -9,7 +9,8 @@
 //                                through the strategy's MPI collectives;
 //   cuda  train/cuda_engine.cuh  one cudaMalloc arena per GPU, each step a
 //                                CUDA graph; mirrored<N> and multi_worker
-//                                through NCCL (typeflow/cuda.cuh, nvcc only).
+//                                through distribute/cuda_replicas.cuh (NCCL)
+//                                (typeflow/cuda.cuh, nvcc only).
 //
 // An engine is constructed from the model's training_state (which it keeps
 // a reference to), the seed and the device's own arguments, and provides:

@@ -1,0 +1,150 @@
+// mirrored<N> and multi_worker on GPUs: the replication algorithm's GPU half
+// (distribute/cpu_replicas.hpp is the CPU's), which train/cuda_engine.cuh
+// calls around the replicas it holds (one GPU each, with its own arena,
+// streams and optimizer state).
+//
+//   mirrored<N>    N GPUs of one process, NCCL communicators over all of them
+//                  (ncclCommInitAll: devices 0 .. N-1);
+//   multi_worker   one GPU per process (its local rank's), NCCL bootstrapped
+//                  over MPI; rank 0 prints and writes, and its weights are
+//                  broadcast to the others before the first step.
+// One step: forward and loss on every replica; then backward layer by layer
+// from the top, across the replicas, each gradient bucket's NCCL all-reduce
+// (the mean) starting on a communication stream as soon as its layers are
+// done, while the lower layers' backward runs; then every replica makes the
+// same update on the same mean, so the weights stay equal without a
+// broadcast. These steps are enqueued eagerly, not captured as one CUDA
+// graph: NCCL warns that graphs over several GPUs of one process can
+// deadlock. single_device needs none of this and replays one graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/core/random.hpp"
+#include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/multi_worker.hpp"
+#include "typeflow/model/memory_plan.hpp"
+
+namespace typeflow {
+
+template <class Net, class Strategy>
+class cuda_replicas {
+ public:
+  static constexpr int count = Strategy::replicas;  // GPUs in this process
+  static constexpr bool across_processes = std::is_same_v<Strategy, multi_worker>;
+  // Whether a step is enqueued eagerly, NCCL between the replicas' layers,
+  // rather than replayed as one captured graph.
+  static constexpr bool eager = count > 1 || across_processes;
+
+  // multi_worker: joins the job's NCCL communicator (this process's GPU is
+  // its local rank's).
+  cuda_replicas() {
+    if constexpr (across_processes) worker_ = std::make_unique<backend::cuda::nccl_communicator>(MPI_COMM_WORLD);
+  }
+  cuda_replicas(const cuda_replicas&) = delete;
+  cuda_replicas& operator=(const cuda_replicas&) = delete;
+  ~cuda_replicas() { all_reduce_.reset(); }  // before the communicators
+
+  // The first replica's GPU: the one asked for, or the local rank's.
+  int first_device(int requested) const {
+    if constexpr (across_processes)
+      return worker_->device();
+    else
+      return requested;
+  }
+  // The dropout seed of this process's replica 0: each worker draws its own masks.
+  std::uint64_t worker_seed(std::uint64_t seed) const {
+    if constexpr (across_processes)
+      if (worker_->rank() > 0) return mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(worker_->rank()));
+    return seed;
+  }
+  bool is_chief() const {
+    if constexpr (across_processes)
+      return worker_->rank() == 0;
+    else
+      return true;
+  }
+
+  // mirrored<N>: the communicators over the replicas' GPUs, once the
+  // replicas exist.
+  void connect(int first_device) {
+    if constexpr (count > 1) {
+      if (first_device != 0)
+        throw std::invalid_argument("mirrored<N> on tf::cuda: the replicas use devices 0 .. N-1 (ncclCommInitAll)");
+      nccl_ = std::make_unique<backend::cuda::nccl_communicators>(count);
+    }
+  }
+
+  // The bucketed all-reduce over the replicas' gradient regions (one per
+  // replica, in replica order), set up once per layout of the arenas.
+  void prepare(std::span<float* const> gradients) {
+    if constexpr (eager) {
+      if (all_reduce_) return;
+      std::vector<std::size_t> layer_offsets(Net::layer_count);
+      for (std::size_t i = 0; i < Net::layer_count; ++i)
+        layer_offsets[i] = memory_plan<Net, 0, 0>::layer_parameter_offset[i] / sizeof(float);
+      if constexpr (across_processes)
+        all_reduce_ = std::make_unique<backend::cuda::bucketed_all_reduce>(
+            *worker_, gradients[0], std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
+      else
+        all_reduce_ = std::make_unique<backend::cuda::bucketed_all_reduce>(
+            *nccl_, gradients, std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
+    }
+  }
+  // The arenas moved (a new batch size, a new compile): prepare again.
+  void forget() { all_reduce_.reset(); }
+
+  // The backward of every replica, layer by layer from the top, each layer's
+  // gradients handed to the all-reduce once every replica has enqueued them.
+  // backward_layer(k, i) enqueues layer i's backward of replica k on
+  // streams[k]. Afterwards every replica's gradients hold the mean.
+  template <class BackwardLayer>
+  void backward_all_reduced(std::span<const cudaStream_t> streams, BackwardLayer&& backward_layer) {
+    for (std::size_t i = Net::layer_count; i-- > 0;) {
+      for (int k = 0; k < count; ++k) backward_layer(k, i);
+      all_reduce_->gradient_ready(i, streams);
+    }
+    all_reduce_->finish(streams);
+  }
+
+  // Waits for a replica's stream; multi_worker: against the job's deadline,
+  // so that a dead or stalled worker ends in an error naming the rank.
+  void wait(const backend::cuda::stream& s) {
+    if constexpr (across_processes)
+      worker_->wait(s.get());
+    else
+      s.synchronize();
+  }
+
+  // multi_worker: rank 0's weights to every worker, on `s`, waited for.
+  // Returns whether the weights there may now differ from this process's
+  // host copy (they are rank 0's).
+  bool broadcast_weights(float* weights, std::size_t floats, const backend::cuda::stream& s) {
+    if constexpr (across_processes) {
+      worker_->broadcast(weights, floats, 0, s.get(), "the broadcast of the weights");
+      worker_->wait(s.get());
+      return true;
+    } else {
+      (void)weights, (void)floats, (void)s;
+      return false;
+    }
+  }
+
+ private:
+  std::unique_ptr<backend::cuda::nccl_communicator> worker_;  // multi_worker: this process's rank in the job
+  std::unique_ptr<backend::cuda::nccl_communicators> nccl_;   // mirrored<N>
+  std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce_;  // refers to one of the above
+};
+
+}  // namespace typeflow
