@@ -5,6 +5,7 @@
 // to 1 before this include (typeflow::mpi does), and links MPI.
 #pragma once
 
+#include "typeflow/callbacks/callbacks.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/half.hpp"
 #include "typeflow/core/shape.hpp"

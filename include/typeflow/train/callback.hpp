@@ -8,8 +8,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace typeflow {
 
@@ -49,9 +52,31 @@ struct epoch_info {
   std::int64_t steps = -1;  // steps in this epoch, -1 when the dataset's size is unknown
 };
 
+// What a callback may ask of the model that fit is training (Keras's
+// self.model): fit gives every callback one before on_train_begin.
+class model_access {
+ public:
+  virtual ~model_access() = default;
+  // Keras's model.stop_training = True: fit stops after the current batch
+  // (set in on_batch_end) or the current epoch (set in on_epoch_end).
+  virtual void stop_training() = 0;
+  virtual bool stop_requested() const = 0;
+  // The parameter region (padding included), as get_weights / set_weights.
+  virtual std::vector<float> get_weights() const = 0;
+  virtual void set_weights(std::span<const float> region) = 0;
+  virtual void save_weights(const std::filesystem::path& path) = 0;
+  virtual std::filesystem::path save_checkpoint(const std::filesystem::path& dir) = 0;
+  virtual bool is_chief() const = 0;  // multi_worker: rank 0; write files only there
+};
+
 class callback {
  public:
   virtual ~callback() = default;
+  // Called by fit before on_train_begin.
+  void set_model(model_access* m) noexcept { model_ = m; }
+  // The model being trained; nullptr outside fit.
+  model_access* model() const noexcept { return model_; }
+
   virtual void on_train_begin() {}
   virtual void on_epoch_begin(const epoch_info&) {}
   // step is 1-based within the epoch; logs hold running means over the epoch.
@@ -59,6 +84,9 @@ class callback {
   // logs hold the epoch's means, and val_* entries when fit validated.
   virtual void on_epoch_end(const epoch_info&, const logs&) {}
   virtual void on_train_end(const logs&) {}
+
+ private:
+  model_access* model_ = nullptr;
 };
 
 }  // namespace typeflow

@@ -151,7 +151,8 @@ class model {
     training_.template check_labelled<batch_type>("fit");
     check_batch_size<batch_type::size>("fit");
     auto steps = engine_.template steps<batch_type>();
-    return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), is_chief());
+    access access_for_callbacks{*this};
+    return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), access_for_callbacks);
   }
 
   // One optimisation step on one full batch, as Keras's train_on_batch:
@@ -351,6 +352,34 @@ class model {
   }
 
  private:
+  // What fit's callbacks may ask of this model (train/callback.hpp).
+  struct access final : model_access {
+    model& m;
+    bool stop = false;
+    explicit access(model& owner) : m(owner) {}
+    void stop_training() override { stop = true; }
+    bool stop_requested() const override { return stop; }
+    std::vector<float> get_weights() const override {
+      const auto region = m.parameter_region();
+      return {region.begin(), region.end()};
+    }
+    void set_weights(std::span<const float> region) override {
+      const auto into = m.engine_.writable_parameters();
+      if (region.size() != into.size())
+        throw std::invalid_argument("set_weights: " + std::to_string(region.size()) + " floats for a parameter region of " +
+                                    std::to_string(into.size()));
+      std::copy(region.begin(), region.end(), into.begin());
+    }
+    void save_weights(const std::filesystem::path& path) override { m.save_weights(path); }
+    std::filesystem::path save_checkpoint(const std::filesystem::path& dir) override {
+      if constexpr (std::is_same_v<Device, cpu>)
+        return m.save_checkpoint(dir);
+      else
+        throw std::logic_error("save_checkpoint: checkpoints are not on tf::cuda yet");
+    }
+    bool is_chief() const override { return m.is_chief(); }
+  };
+
   checkpoint_identity checkpoint_id() const {
     return {network_name<Net>(), policy_name<policy_type>(), strategy_name<Strategy>(), Device::name,
             Net::parameter_floats};

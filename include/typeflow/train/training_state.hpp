@@ -199,7 +199,8 @@ class training_state {
 // and stage() take; the step time is launch() and finish().
 template <class Net, bool LossScaling, class Steps, data::batched_dataset Dataset>
 history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
-                 fit_options<typename Dataset::element_type> options, bool chief) {
+                 fit_options<typename Dataset::element_type> options, model_access& access) {
+  const bool chief = access.is_chief();
   using batch_type = typename Dataset::element_type;
   history result;
   history_recorder recorder{result};
@@ -215,6 +216,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   for (auto* c : options.callbacks)
     if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
   bool terminated = false;
+  for (auto* c : callbacks) c->set_model(&access);
 
   const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
   batch_type batch;
@@ -271,6 +273,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         step_logs.set("tokens_per_second", static_cast<double>(step * batch_type::size * Net::input_shape_type::size) /
                                                std::chrono::duration<double>(waited + stepped).count());
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
+      if (access.stop_requested()) break;
       have = next;
       parity = 1 - parity;
     }
@@ -284,7 +287,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       state.fill_logs(epoch_logs, "val_");
     }
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
-    if (terminated) break;
+    if (terminated || access.stop_requested()) break;
   }
   for (auto* c : callbacks) c->on_train_end(epoch_logs);
   return result;

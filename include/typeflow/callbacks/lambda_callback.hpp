@@ -1,0 +1,48 @@
+// callbacks::lambda_callback: Keras's LambdaCallback, a callback from functions.
+//
+//   tf::callbacks::lambda_callback print_loss({
+//       .on_epoch_end = [](int epoch, const tf::logs& l) { std::printf("%d %g\n", epoch, *l.get("loss")); }});
+//
+// Each function is optional; epoch is 0-based and batch 1-based in its epoch,
+// as the other callbacks see them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "typeflow/train/callback.hpp"
+
+namespace typeflow::callbacks {
+
+struct lambda_callback_options {
+  std::function<void(int epoch)> on_epoch_begin{};
+  std::function<void(int epoch, const logs&)> on_epoch_end{};
+  std::function<void(std::int64_t batch, const logs&)> on_train_batch_end{};
+  std::function<void()> on_train_begin{};
+  std::function<void(const logs&)> on_train_end{};
+};
+
+class lambda_callback : public callback {
+ public:
+  explicit lambda_callback(lambda_callback_options functions) : f_(std::move(functions)) {}
+  void on_train_begin() override {
+    if (f_.on_train_begin) f_.on_train_begin();
+  }
+  void on_epoch_begin(const epoch_info& info) override {
+    if (f_.on_epoch_begin) f_.on_epoch_begin(info.epoch);
+  }
+  void on_batch_end(std::int64_t step, const logs& l) override {
+    if (f_.on_train_batch_end) f_.on_train_batch_end(step, l);
+  }
+  void on_epoch_end(const epoch_info& info, const logs& l) override {
+    if (f_.on_epoch_end) f_.on_epoch_end(info.epoch, l);
+  }
+  void on_train_end(const logs& l) override {
+    if (f_.on_train_end) f_.on_train_end(l);
+  }
+
+ private:
+  lambda_callback_options f_;
+};
+
+}  // namespace typeflow::callbacks
