@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
@@ -126,4 +127,46 @@ TEST_CASE("terminate_on_nan ends fit cleanly: the epoch ends, the other callback
   CHECK(counter.trains_ended == 1);
   CHECK(m.iterations() == 2);
   CHECK(all_finite(m.parameter_region()));
+}
+
+namespace {
+// An optimizer with its own update loop and no rule: the model checks the
+// gradients before calling it.
+struct plain_descent {
+  static constexpr std::string_view name = "plain_descent";
+  int slot_count() const { return 0; }
+  void validate() const {}
+  double learning_rate(std::int64_t) const { return 0.05; }
+  void update(const tf::optimizers::update_arguments& a) const {
+    for (std::ptrdiff_t i = 0; i < a.floats; ++i) a.weights[i] -= 0.05f * a.grads[i];
+  }
+};
+}  // namespace
+
+TEST_CASE("the NaN policy holds for accumulate<K> between micro-batches and for an optimizer without a rule") {
+  auto cursor = dataset(true).open(0);
+  decltype(dataset(true))::element_type b[3];
+  for (auto& x : b) REQUIRE(cursor.next(x));  // b[2] is poisoned
+
+  tf::model<net> accumulating{6};
+  accumulating.compile(tf::optimizers::accumulate<2>(tf::optimizers::sgd{.learning_rate = 0.1}),
+                       tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  accumulating.train_on_batch(b[0]);
+  accumulating.train_on_batch(b[1]);  // the first update
+  const std::vector<float> before(accumulating.parameter_region().begin(), accumulating.parameter_region().end());
+  CHECK_THROWS_WITH_AS(accumulating.train_on_batch(b[2]), doctest::Contains("layers.1.kernel"), tf::non_finite_error);
+  CHECK(accumulating.iterations() == 1);
+  CHECK(std::memcmp(before.data(), accumulating.parameter_region().data(), before.size() * sizeof(float)) == 0);
+  // The poisoned micro-batch added nothing to the accumulator: two clean ones make a finite update.
+  accumulating.train_on_batch(b[0]);
+  accumulating.train_on_batch(b[1]);
+  CHECK(accumulating.iterations() == 2);
+  CHECK(all_finite(accumulating.parameter_region()));
+
+  tf::model<net> custom{6};
+  custom.compile(plain_descent{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  custom.train_on_batch(b[0]);
+  const std::vector<float> kept(custom.parameter_region().begin(), custom.parameter_region().end());
+  CHECK_THROWS_WITH_AS(custom.train_on_batch(b[2]), doctest::Contains("layers.1.kernel"), tf::non_finite_error);
+  CHECK(std::memcmp(kept.data(), custom.parameter_region().data(), kept.size() * sizeof(float)) == 0);
 }

@@ -33,9 +33,19 @@ struct accumulated {
   double learning_rate(std::int64_t step) const { return inner.learning_rate(step); }
 
   // Returns whether this micro-batch completed an update.
+  // With a.non_finite set, a micro-batch with a non-finite gradient adds
+  // nothing (and sets it), so the accumulator stays finite.
   bool accumulate_and_update(const update_arguments& a) {
     float* sum = a.slots[inner.slot_count()];
     float* g = a.grads;
+    if (a.non_finite) {
+      int bad = 0;
+      const std::ptrdiff_t n = a.floats;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !(g[i] - g[i] == 0.f);
+      *a.non_finite = bad != 0;
+      if (bad) return false;
+    }
     if (micro_batches == 0)
       backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] = g[i]; });
     else

@@ -66,6 +66,11 @@ struct update_arguments {
   std::ptrdiff_t floats = 0;          // the region's length, padding included
   std::span<const parameter_tensor> tensors;
   std::int64_t iteration = 1;         // 1-based: this update's number
+  // The NaN policy (train/non_finite.hpp), when set: the update's own pass
+  // first reads every gradient and, if one is not finite, changes nothing
+  // and sets *non_finite to 1 (else 0). Fused so that the check costs one
+  // more read of data the update reads next, not a pass of its own.
+  int* non_finite = nullptr;
 };
 
 // The fields Keras gives every optimizer. Each optimizer struct repeats them
@@ -216,11 +221,23 @@ void run_segment(const update_arguments& a, const update_segment& s, const Rule&
 
 template <int Slots, class Rule>
 void run_update(const update_arguments& a, const segment_plan& plan, const Rule& rule, float decay_factor) {
+  int bad = 0;
+  const bool check = a.non_finite != nullptr;
+  const float* const g = a.grads;
+  const std::ptrdiff_t n = a.floats;
 #pragma omp parallel if (a.floats >= backend::cpu::parallel_threshold)
   {
-    const Rule local = rule;  // each thread its own copy, as parallel_for
-    for_each_segment(plan, [&](const update_segment& s) { run_segment<Slots>(a, s, local, plan.clip.limit, decay_factor); });
+    if (check) {
+      // The for's barrier makes the verdict every thread's before any update.
+#pragma omp for simd schedule(static) reduction(| : bad)
+      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !(g[i] - g[i] == 0.f);  // inf - inf and NaN are NaN
+    }
+    if (!bad) {
+      const Rule local = rule;  // each thread its own copy, as parallel_for
+      for_each_segment(plan, [&](const update_segment& s) { run_segment<Slots>(a, s, local, plan.clip.limit, decay_factor); });
+    }
   }
+  if (check) *a.non_finite = bad != 0;
 }
 
 template <class Rule>

@@ -28,6 +28,9 @@ struct optimizer_base {
   // Runs the optimizer on this step's gradients; returns whether the weights
   // changed (an accumulating optimizer updates once every K steps).
   virtual bool update(const optimizers::update_arguments& arguments) = 0;
+  // Whether update() honours arguments.non_finite (checks the gradients in
+  // its own pass and then changes nothing); if not, the model checks them first.
+  virtual bool checks_non_finite() const = 0;
   // accumulate<K>: the micro-batches added since the last update (a
   // checkpoint keeps them; the accumulator is one of the slots).
   virtual int pending_micro_batches() const = 0;
@@ -44,10 +47,17 @@ struct optimizer_holder final : optimizer_base {
   bool update(const optimizers::update_arguments& arguments) override {
     if constexpr (requires { optimizer.accumulate_and_update(arguments); }) {
       return optimizer.accumulate_and_update(arguments);
+    } else if constexpr (optimizers::rule_optimizer<Optimizer>) {
+      optimizers::apply_update(optimizer, arguments);  // what a rule optimizer's update() is
+      return true;
     } else {
       optimizer.update(arguments);
       return true;
     }
+  }
+  bool checks_non_finite() const override {
+    return optimizers::rule_optimizer<Optimizer> ||
+           requires(Optimizer& o, const optimizers::update_arguments& a) { o.accumulate_and_update(a); };
   }
   int pending_micro_batches() const override {
     if constexpr (requires { optimizer.micro_batches; })

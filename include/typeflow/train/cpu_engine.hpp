@@ -272,7 +272,9 @@ class engine<Net, Policy, Strategy, cpu> {
     // weights stay the last good step's.
     if constexpr (!loss_scaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
-      if (!all_finite_parallel(grads, Net::parameter_floats)) throw non_finite_gradient<Net>(grads);
+      // The optimizer's own pass checks the gradients where it can (update.hpp).
+      if (!training_.optimizer->checks_non_finite() && !all_finite_parallel(grads, Net::parameter_floats))
+        throw non_finite_gradient<Net>(grads);
     }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
     // an inf or a NaN among them changes no weight (after the all-reduce,
@@ -299,7 +301,11 @@ class engine<Net, Policy, Strategy, cpu> {
     arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
     arguments.tensors = parameter_table<Net>::tensors();
     arguments.iteration = training_.iterations + 1;
-    if (training_.optimizer->update(arguments)) {
+    int non_finite = 0;
+    if constexpr (!loss_scaling) arguments.non_finite = &non_finite;
+    const bool updated = training_.optimizer->update(arguments);
+    if (non_finite) throw non_finite_gradient<Net>(grads);  // nothing was changed
+    if (updated) {
       ++training_.iterations;
       if constexpr (replica_count > 1) replicas_.after_update(weights);
     }
