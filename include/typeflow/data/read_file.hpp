@@ -70,12 +70,16 @@ inline std::vector<std::uint8_t> read_gzip_file(const std::filesystem::path& pat
                                  ", not gzip's magic bytes 1F 8B");
 
   // The last member's trailer holds its size mod 2^32: a first guess at the
-  // output's size, which grows by doubling when the guess is short.
+  // output's size, which grows by doubling when the guess is short. The
+  // guess is not trusted beyond what deflate can produce from this many
+  // bytes (at most 1032 to 1), so that a corrupt or hostile trailer cannot
+  // make the reader allocate a gigabyte for an 18-byte file.
   std::size_t expected = std::size_t{1} << 16;
   if (total >= 18) {
     const std::size_t hint = std::size_t{compressed[total - 4]} | std::size_t{compressed[total - 3]} << 8 |
                              std::size_t{compressed[total - 2]} << 16 | std::size_t{compressed[total - 1]} << 24;
-    expected = std::clamp<std::size_t>(hint, expected, std::size_t{1} << 30);
+    constexpr std::size_t deflate_max_ratio = 1032;
+    expected = std::clamp<std::size_t>(std::min(hint, total * deflate_max_ratio), expected, std::size_t{1} << 30);
   }
   std::vector<std::uint8_t> out(expected);
 

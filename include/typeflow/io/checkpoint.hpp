@@ -68,9 +68,6 @@ inline void fsync_path(const std::filesystem::path& path, int flags, const std::
                              "\" failed: " + errno_text(errno));
 }
 
-// Whether process `pid` is gone (so a temporary directory it left is ours to remove).
-inline bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
-
 // Removes ".ckpt-*.tmp-<pid>-*" directories whose writer is gone.
 inline void remove_abandoned(const std::filesystem::path& dir) {
   std::error_code ec;

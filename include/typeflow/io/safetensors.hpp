@@ -31,10 +31,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +142,27 @@ inline std::string byte_range(std::uint64_t begin, std::uint64_t end) {
 
 inline std::string errno_text(int error) { return std::strerror(error); }
 
+// Whether process `pid` is gone, so that a temporary file or directory it
+// left is ours to remove.
+inline bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+// Removes "<path>.tmp-<pid>[-<n>]" files beside path whose writer is gone: a
+// process killed mid-write leaves its temporary file behind.
+inline void remove_abandoned_temporaries(const std::filesystem::path& path) {
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
+  const std::string prefix = path.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (end == name.c_str() + prefix.size() || (*end != '\0' && *end != '-')) continue;  // not a pid
+    if (pid == ::getpid() || !process_gone(pid)) continue;
+    std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 // Closes a file descriptor on scope exit unless released.
 class fd_guard {
  public:
@@ -187,10 +211,13 @@ struct tensor_to_write {
 //   the header lists "__metadata__" first (omitted when metadata is empty),
 //   then the tensors in the given order, and is padded with spaces so that the
 //   data buffer starts at a multiple of 8 bytes.
-// Atomic: the bytes go to "<path>.tmp-<pid>" in the same directory, are
-//   fsync'ed, and the file is renamed onto path. If anything fails, the temp
-//   file is removed, whatever was at path before is left as it was, and a
-//   std::runtime_error names the file and the failing step (with strerror).
+// Atomic: the bytes go to "<path>.tmp-<pid>-<n>" in the same directory (n
+//   counts this process's writes, so two saves to one path never share a
+//   temporary file), are fsync'ed, and the file is renamed onto path. If
+//   anything fails, the temp file is removed, whatever was at path before is
+//   left as it was, and a std::runtime_error names the file and the failing
+//   step (with strerror). Temporary files beside path whose process is gone
+//   (killed mid-write) are removed first.
 inline void write_safetensors(const std::filesystem::path& path,
                               std::span<const tensor_to_write> tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
@@ -251,8 +278,10 @@ inline void write_safetensors(const std::filesystem::path& path,
   for (std::size_t i = 0; i < 8; ++i)
     length_prefix[i] = static_cast<unsigned char>(std::uint64_t{header_text.size()} >> (8 * i));
 
-  const std::filesystem::path temp_path =
-      std::filesystem::path(path.string() + ".tmp-" + std::to_string(::getpid()));
+  detail::remove_abandoned_temporaries(path);
+  static std::atomic<unsigned long> serial{0};
+  const std::filesystem::path temp_path = std::filesystem::path(path.string() + ".tmp-" + std::to_string(::getpid()) +
+                                                                "-" + std::to_string(serial++));
 
   // Removes the temp file on every way out except success.
   struct temp_file_guard {
@@ -263,7 +292,7 @@ inline void write_safetensors(const std::filesystem::path& path,
     }
   } temp_guard{temp_path};
 
-  detail::fd_guard file(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  detail::fd_guard file(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (file.get() < 0) {
     const int error = errno;
     temp_guard.committed = true;  // nothing was created, and a same-named file is not ours
