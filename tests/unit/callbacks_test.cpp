@@ -13,8 +13,11 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace tf = typeflow;
 namespace fs = std::filesystem;
+namespace tf_testing = typeflow::testing;
 
 namespace {
 
@@ -72,16 +75,6 @@ void compile(Model& m) {
   m.compile(tf::optimizers::adam{.learning_rate = 0.01}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
             tf::metrics::accuracy{});
 }
-
-struct scratch_dir {
-  fs::path path;
-  explicit scratch_dir(const std::string& name)
-      : path(fs::temp_directory_path() / ("typeflow_callbacks_test_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
@@ -173,7 +166,7 @@ TEST_CASE("model_checkpoint: save_best_only saves on improvement only, with the 
 }
 
 TEST_CASE("model_checkpoint in fit: weights each epoch, and checkpoints every n batches that resume") {
-  scratch_dir dir("model_checkpoint");
+  tf_testing::temp_dir dir("typeflow_callbacks_test_model_checkpoint");
   tf::model<net> m{2};
   compile(m);
   tf::callbacks::model_checkpoint weights((dir.path / "w-{epoch:02d}.safetensors").string(), {.save_weights_only = true});
@@ -192,7 +185,7 @@ TEST_CASE("model_checkpoint in fit: weights each epoch, and checkpoints every n 
 }
 
 TEST_CASE("csv_logger: a header of the sorted names, a row per epoch, val_ columns, append") {
-  scratch_dir dir("csv");
+  tf_testing::temp_dir dir("typeflow_callbacks_test_csv");
   const fs::path path = dir.path / "log.csv";
   tf::model<net> m{3};
   compile(m);

@@ -22,8 +22,11 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace tf = typeflow;
 namespace fs = std::filesystem;
+namespace tf_testing = typeflow::testing;
 
 namespace {
 
@@ -55,15 +58,6 @@ tf::data::batch_of<32, features, label> batch_number(int index) {
   return b;
 }
 
-struct scratch_dir {
-  fs::path path;
-  explicit scratch_dir(const std::string& name)
-      : path(fs::temp_directory_path() / ("typeflow_checkpoint_test_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-  }
-  ~scratch_dir() { fs::remove_all(path); }
-};
-
 template <class Model>
 void compile_adam(Model& m) {
   m.compile(tf::optimizers::adam{.learning_rate = 0.01}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
@@ -88,7 +82,7 @@ bool same_tensors(const fs::path& a, const fs::path& b) {
 }  // namespace
 
 TEST_CASE("checkpoint: 2 epochs, or 1 epoch + checkpoint + a fresh model + 1 epoch, give the same bits") {
-  scratch_dir dir("epochs"), whole_dir("epochs_whole");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_epochs"), whole_dir("typeflow_checkpoint_test_epochs_whole");
   tf::model<net> whole{5};
   compile_adam(whole);
   const auto h = whole.fit(dataset(), {.epochs = 2, .verbose = 0});
@@ -115,7 +109,7 @@ TEST_CASE("checkpoint: 2 epochs, or 1 epoch + checkpoint + a fresh model + 1 epo
 }
 
 TEST_CASE("checkpoint: accumulate<4> interrupted between micro-batches resumes exactly") {
-  scratch_dir dir("accumulate");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_accumulate");
   const auto compile = [](auto& m) {
     m.compile(tf::optimizers::accumulate<4>(tf::optimizers::adamw{.learning_rate = 0.01}),
               tf::losses::sparse_categorical_crossentropy{.from_logits = true});
@@ -136,7 +130,7 @@ TEST_CASE("checkpoint: accumulate<4> interrupted between micro-batches resumes e
 }
 
 TEST_CASE("checkpoint: mixed_float16 keeps its loss-scale state across a resume") {
-  scratch_dir dir("loss_scale");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_loss_scale");
   const auto start = [](auto& m) {
     compile_adam(m);
     m.set_loss_scale(tf::precision::dynamic_loss_scale{.initial_scale = 1024.f, .growth_steps = 3});
@@ -158,7 +152,7 @@ TEST_CASE("checkpoint: mixed_float16 keeps its loss-scale state across a resume"
 }
 
 TEST_CASE("checkpoint: mirrored<2> resumes with every replica's weights and dropout stream") {
-  scratch_dir dir("mirrored");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_mirrored");
   tf::model<net, tf::float32, tf::mirrored<2>> whole{6}, first{6}, resumed{99};
   compile_adam(whole);
   compile_adam(first);
@@ -174,7 +168,7 @@ TEST_CASE("checkpoint: mirrored<2> resumes with every replica's weights and drop
 }
 
 TEST_CASE("checkpoint: another network, policy, strategy, optimizer or batch size is refused by name") {
-  scratch_dir dir("refusals");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_refusals");
   tf::model<net> source{1};
   compile_adam(source);
   source.fit(dataset(), {.epochs = 1, .verbose = 0});
@@ -188,7 +182,7 @@ TEST_CASE("checkpoint: another network, policy, strategy, optimizer or batch siz
   CHECK(same_bits(wider.parameter_region(), wider_weights));  // nothing changed
 
   {
-    scratch_dir float32_dir("refusals_policy");
+    tf_testing::temp_dir float32_dir("typeflow_checkpoint_test_refusals_policy");
     tf::model<mixed_net> float32_source{1};
     compile_adam(float32_source);
     float32_source.save_checkpoint(float32_dir.path);
@@ -223,7 +217,7 @@ TEST_CASE("checkpoint: another network, policy, strategy, optimizer or batch siz
 }
 
 TEST_CASE("checkpoint: keeps the newest K, reads the newest, and names what is missing or malformed") {
-  scratch_dir dir("keep");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_keep");
   tf::model<net> m{1};
   compile_adam(m);
   for (int i = 0; i < 5; ++i) {
@@ -247,7 +241,7 @@ TEST_CASE("checkpoint: keeps the newest K, reads the newest, and names what is m
 }
 
 TEST_CASE("checkpoint: a writer killed at random moments always leaves the last complete checkpoint loadable") {
-  scratch_dir dir("kills");
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_kills");
   // The child writes checkpoints numbered 1, 2, ... whose every float is the
   // number; the parent kills it at a random moment, 50 times, and then reads.
   constexpr std::size_t floats = 1 << 18;  // 1 MiB a checkpoint, so kills land mid-write

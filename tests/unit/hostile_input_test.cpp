@@ -21,20 +21,13 @@
 #include <typeflow/data/read_file.hpp>
 #include <typeflow/io/safetensors.hpp>
 
+#include "../support/test_support.hpp"
+
 namespace fs = std::filesystem;
+namespace tf_testing = typeflow::testing;
 namespace io = typeflow::io;
 
 namespace {
-
-struct scratch_dir {
-  fs::path path;
-  explicit scratch_dir(const std::string& name)
-      : path(fs::temp_directory_path() / ("typeflow_hostile_test_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() { fs::remove_all(path); }
-};
 
 // A pid that was a process of ours and is now gone.
 pid_t dead_pid() {
@@ -48,7 +41,7 @@ pid_t dead_pid() {
 }  // namespace
 
 TEST_CASE("two threads saving to one path: both succeed and the file is always one whole save") {
-  scratch_dir dir("two_savers");
+  tf_testing::temp_dir dir("typeflow_hostile_test_two_savers");
   const fs::path path = dir.path / "model.safetensors";
   constexpr std::size_t floats = 1 << 18;
   int mixed = 0;
@@ -79,7 +72,7 @@ TEST_CASE("two threads saving to one path: both succeed and the file is always o
 }
 
 TEST_CASE("a save removes the temporary files that killed writers left beside its path, and no others") {
-  scratch_dir dir("abandoned");
+  tf_testing::temp_dir dir("typeflow_hostile_test_abandoned");
   const fs::path path = dir.path / "model.safetensors";
   const std::string gone = std::to_string(dead_pid());
   const std::string alive = std::to_string(::getppid());  // our parent: running
@@ -99,7 +92,7 @@ TEST_CASE("a save removes the temporary files that killed writers left beside it
 }
 
 TEST_CASE("a gzip file whose trailer claims 4 GiB is refused without allocating for it") {
-  scratch_dir dir("gzip_trailer");
+  tf_testing::temp_dir dir("typeflow_hostile_test_gzip_trailer");
   const fs::path path = dir.path / "hostile.gz";
   // 18 bytes: a gzip header, then 8 bytes read as deflate data and as the
   // trailer, whose size field says 0xFFFFFFFF (4 GiB - 1) bytes.
