@@ -69,16 +69,11 @@ inline void fsync_path(const std::filesystem::path& path, int flags, const std::
 }
 
 // Removes ".ckpt-*.tmp-<pid>-*" directories whose writer is gone.
-inline void remove_abandoned(const std::filesystem::path& dir) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+inline void remove_abandoned_checkpoints(const std::filesystem::path& dir) {
+  remove_abandoned(dir, [](const std::string& name) {
     const auto at = name.find(".tmp-");
-    if (name.rfind(".ckpt-", 0) != 0 || at == std::string::npos) continue;
-    const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
-    if (pid == ::getpid() || !process_gone(pid)) continue;
-    std::filesystem::remove_all(entry.path(), ec);
-  }
+    return name.rfind(".ckpt-", 0) == 0 && at != std::string::npos ? at + 5 : std::size_t{0};
+  });
 }
 
 }  // namespace detail
@@ -114,7 +109,7 @@ inline std::filesystem::path write_checkpoint(const std::filesystem::path& dir, 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot write checkpoint: cannot create \"" + dir.string() + "\": " + ec.message());
-  detail::remove_abandoned(dir);
+  detail::remove_abandoned_checkpoints(dir);
 
   static std::atomic<unsigned> serial{0};  // two saves of one process never share a directory
   const std::string name = detail::checkpoint_name(number);

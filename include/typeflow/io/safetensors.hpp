@@ -146,21 +146,31 @@ inline std::string errno_text(int error) { return std::strerror(error); }
 // left is ours to remove.
 inline bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
-// Removes "<path>.tmp-<pid>[-<n>]" files beside path whose writer is gone: a
-// process killed mid-write leaves its temporary file behind.
-inline void remove_abandoned_temporaries(const std::filesystem::path& path) {
-  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
-  const std::string prefix = path.filename().string() + ".tmp-";
+// Removes the entries of `directory` named "<prefix><pid>" or
+// "<prefix><pid>-<anything>" whose process is gone: a writer killed
+// mid-write leaves its temporary file or directory behind. is_prefix(name)
+// gives the prefix's length in name, or 0 when name is not one of them.
+template <class Prefix>
+void remove_abandoned(const std::filesystem::path& directory, Prefix&& is_prefix) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::size_t at = is_prefix(name);
+    if (at == 0 || at >= name.size()) continue;
     char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-    if (end == name.c_str() + prefix.size() || (*end != '\0' && *end != '-')) continue;  // not a pid
+    const long pid = std::strtol(name.c_str() + at, &end, 10);
+    if (end == name.c_str() + at || (*end != '\0' && *end != '-')) continue;  // not a pid
     if (pid == ::getpid() || !process_gone(pid)) continue;
-    std::filesystem::remove(entry.path(), ec);
+    std::filesystem::remove_all(entry.path(), ec);
   }
+}
+
+// "<path>.tmp-<pid>[-<n>]" files beside path.
+inline void remove_abandoned_temporaries(const std::filesystem::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp-";
+  remove_abandoned(path.has_parent_path() ? path.parent_path() : ".", [&](const std::string& name) {
+    return name.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : std::size_t{0};
+  });
 }
 
 // Closes a file descriptor on scope exit unless released.
