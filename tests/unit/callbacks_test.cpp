@@ -32,11 +32,15 @@ struct recording_model final : tf::model_access {
   std::vector<float> get_weights() const override { return weights; }
   void set_weights(std::span<const float> w) override { weights.assign(w.begin(), w.end()); }
   void save_weights(const fs::path& p) override { saved.push_back("weights " + p.string()); }
-  fs::path save_checkpoint(const fs::path& p) override {
+  fs::path save_checkpoint(const fs::path& p, int) override {
     saved.push_back("checkpoint " + p.string());
     return p;
   }
+  void load_checkpoint(const fs::path& p) override { saved.push_back("load " + p.string()); }
   bool is_chief() const override { return true; }
+  double rate = 0.1;
+  double learning_rate() const override { return rate; }
+  void set_learning_rate(double r) override { rate = r; }
 };
 
 // Runs `c` over epochs whose `name` entry takes the values given (the

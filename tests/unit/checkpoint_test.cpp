@@ -246,6 +246,19 @@ TEST_CASE("checkpoint: a writer killed at random moments always leaves the last 
   // number; the parent kills it at a random moment, 50 times, and then reads.
   constexpr std::size_t floats = 1 << 18;  // 1 MiB a checkpoint, so kills land mid-write
   std::mt19937 rng(7);
+  // Kills spread over about four checkpoint writes, however fast this
+  // machine's disk is now (a fixed window saw no write complete under load).
+  int kill_window_us = 20000;
+  {
+    tf_testing::temp_dir probe("typeflow_checkpoint_test_kills_probe");
+    std::vector<float> values(floats, 1.f);
+    const tf::io::tensor_to_write t{"parameters", "F32", {static_cast<std::int64_t>(floats)}, values.data(),
+                                    floats * sizeof(float)};
+    const auto start = std::chrono::steady_clock::now();
+    tf::io::write_checkpoint(probe.path, 1, std::span(&t, 1), {{"format", "typeflow-checkpoint"}, {"format_version", 1}});
+    const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    kill_window_us = std::max(kill_window_us, static_cast<int>(4 * took.count()));
+  }
   std::int64_t next = 1;
   int complete = 0;
   for (int kill = 0; kill < 50; ++kill) {
@@ -265,7 +278,7 @@ TEST_CASE("checkpoint: a writer killed at random moments always leaves the last 
       }
       ::_exit(3);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(200, 20000)(rng)));
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(200, kill_window_us)(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);

@@ -3,8 +3,11 @@
 // Keras's argument names, and passed to fit as .callbacks = {&a, &b}.
 #pragma once
 
+#include "typeflow/callbacks/backup_and_restore.hpp"
 #include "typeflow/callbacks/csv_logger.hpp"
 #include "typeflow/callbacks/early_stopping.hpp"
 #include "typeflow/callbacks/lambda_callback.hpp"
+#include "typeflow/callbacks/learning_rate_scheduler.hpp"
 #include "typeflow/callbacks/model_checkpoint.hpp"
+#include "typeflow/callbacks/reduce_lr_on_plateau.hpp"
 #include "typeflow/callbacks/terminate_on_nan.hpp"

@@ -7,7 +7,10 @@
 // val_ columns added ("NA" until validation runs) when that epoch had none.
 // The header is written unless appending to a file that already has lines.
 // Values are written with the fewest digits that read back to the same
-// double. Flushed after each row, so a crash keeps the rows written.
+// double. Flushed after each row, so a crash keeps the rows written. A fit
+// continued from a checkpoint cuts the file back to the rows the checkpoint
+// had seen and appends to them under the same header, so the file reads as
+// one uninterrupted run. The file is opened when the first row is written.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,18 +39,24 @@ class csv_logger : public callback {
 
   void on_train_begin() override {
     keys_.clear();
-    write_header_ = true;
-    if (options_.append && std::filesystem::exists(filename_)) {
-      std::ifstream in(filename_);
-      std::string first;
-      write_header_ = !(std::getline(in, first) && !first.empty());
-    }
     file_.close();
-    file_.open(filename_, options_.append ? std::ios::app : std::ios::trunc);
-    if (!file_) throw std::runtime_error("csv_logger: cannot open \"" + filename_.string() + "\" for writing");
+    resume_bytes_.reset();
+    std::error_code ec;
+    start_bytes_ = options_.append && std::filesystem::exists(filename_) ? std::filesystem::file_size(filename_, ec) : 0;
+  }
+
+  std::string_view state_name() const override { return "csv_logger"; }
+  // The file's length: what a continued fit keeps of it.
+  void save_state(callback_state& s) const override {
+    std::error_code ec;
+    s.numbers["bytes"] = static_cast<double>(file_.is_open() ? std::filesystem::file_size(filename_, ec) : start_bytes_);
+  }
+  void load_state(const callback_state& s) override {
+    if (const auto bytes = s.number("bytes")) resume_bytes_ = static_cast<std::uintmax_t>(*bytes);
   }
 
   void on_epoch_end(const epoch_info& info, const logs& l) override {
+    if (!file_.is_open()) open();
     if (keys_.empty()) {
       for (const auto& e : l) keys_.emplace_back(e.name);
       std::sort(keys_.begin(), keys_.end());
@@ -81,11 +91,39 @@ class csv_logger : public callback {
   void on_train_end(const logs&) override { file_.close(); }
 
  private:
+  void open() {
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(filename_);
+    if (resume_bytes_ && exists && std::filesystem::file_size(filename_, ec) > *resume_bytes_)
+      std::filesystem::resize_file(filename_, *resume_bytes_, ec);  // the rows after the checkpoint go
+    const bool keep = (options_.append || resume_bytes_) && exists;
+    write_header_ = true;
+    if (keep) {  // a file that has a header keeps it, and its columns
+      std::ifstream in(filename_);
+      std::string first;
+      if (std::getline(in, first) && !first.empty()) {
+        write_header_ = false;
+        if (resume_bytes_ && first.rfind("epoch" + options_.separator, 0) == 0) {
+          std::size_t at = 5 + options_.separator.size();
+          while (at <= first.size()) {
+            const std::size_t next = std::min(first.find(options_.separator, at), first.size());
+            keys_.push_back(first.substr(at, next - at));
+            at = next + options_.separator.size();
+          }
+        }
+      }
+    }
+    file_.open(filename_, keep ? std::ios::app : std::ios::trunc);
+    if (!file_) throw std::runtime_error("csv_logger: cannot open \"" + filename_.string() + "\" for writing");
+  }
+
   std::filesystem::path filename_;
   csv_logger_options options_;
   std::ofstream file_;
   std::vector<std::string> keys_;
   bool write_header_ = true;
+  std::uintmax_t start_bytes_ = 0;           // the file's length when training began (appending)
+  std::optional<std::uintmax_t> resume_bytes_;  // a continued fit: its length at the checkpoint
 };
 
 }  // namespace typeflow::callbacks

@@ -75,6 +75,23 @@ class early_stopping : public callback {
     }
   }
 
+  std::string_view state_name() const override { return "early_stopping"; }
+  void save_state(callback_state& s) const override {
+    s.numbers["wait"] = wait_;
+    s.numbers["stopped_epoch"] = stopped_epoch_;
+    s.numbers["best_epoch"] = best_epoch_;
+    if (best_) s.numbers["best"] = *best_;
+    if (!best_weights_.empty()) s.tensors["best_weights"] = best_weights_;
+  }
+  void load_state(const callback_state& s) override {
+    wait_ = static_cast<int>(s.number("wait").value_or(0));
+    stopped_epoch_ = static_cast<int>(s.number("stopped_epoch").value_or(0));
+    best_epoch_ = static_cast<int>(s.number("best_epoch").value_or(0));
+    best_ = s.number("best");
+    const auto found = s.tensors.find("best_weights");
+    best_weights_ = found == s.tensors.end() ? std::vector<float>{} : found->second;
+  }
+
   void on_train_end(const logs&) override {
     if (stopped_epoch_ > 0 && options_.verbose > 0) std::printf("Epoch %d: early stopping\n", stopped_epoch_ + 1);
     if (options_.restore_best_weights && !best_weights_.empty() && model()) {

@@ -106,6 +106,16 @@ class model_checkpoint : public callback {
     if (options_.save_freq == 0) save(0, l);
   }
 
+  std::string_view state_name() const override { return "model_checkpoint"; }
+  void save_state(callback_state& s) const override {
+    if (best_) s.numbers["best"] = *best_;
+    s.numbers["batches_since_save"] = static_cast<double>(batches_since_save_);
+  }
+  void load_state(const callback_state& s) override {
+    best_ = s.number("best");
+    batches_since_save_ = static_cast<std::int64_t>(s.number("batches_since_save").value_or(0));
+  }
+
  private:
   void save(std::int64_t batch, const logs& l) {
     if (!model()) return;

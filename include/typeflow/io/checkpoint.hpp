@@ -40,7 +40,10 @@
 
 namespace typeflow::io {
 
-inline constexpr int checkpoint_format_version = 1;
+// 2: "fit" and the optimizer's "learning_rate" (train/checkpointing.hpp);
+// version 1 checkpoints, which have neither, are read too.
+inline constexpr int checkpoint_format_version = 2;
+inline constexpr int oldest_checkpoint_format_version = 1;
 
 namespace detail {
 
@@ -208,9 +211,10 @@ inline checkpoint_read read_checkpoint(const std::filesystem::path& dir) {
   if (!manifest.is_object() || manifest.value("format", std::string()) != "typeflow-checkpoint")
     throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\" is not a typeflow checkpoint manifest");
   const int version = manifest.value("format_version", 0);
-  if (version != checkpoint_format_version)
+  if (version < oldest_checkpoint_format_version || version > checkpoint_format_version)
     throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\" has format version " +
-                             std::to_string(version) + "; this typeflow reads version " +
+                             std::to_string(version) + "; this typeflow reads versions " +
+                             std::to_string(oldest_checkpoint_format_version) + " to " +
                              std::to_string(checkpoint_format_version));
   return {where, std::move(manifest), safetensors_file::read(where / "state.safetensors")};
 }

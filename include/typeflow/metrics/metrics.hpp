@@ -1,4 +1,6 @@
 // Metrics, accumulated over an epoch and reset at its start, as in Keras.
+// Each keeps its running value in state() (restore() puts it back), which a
+// checkpoint written inside an epoch saves.
 //
 // accuracy follows Keras's resolution of 'accuracy': with class-id labels it
 // is sparse categorical accuracy (argmax == id); with dense labels it is
@@ -6,6 +8,7 @@
 // (output > 0.5 matches target > 0.5) for a single output unit.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -26,6 +29,9 @@ struct hit_counter {
   double hits = 0, seen = 0;
   void reset() { hits = seen = 0; }
   double result() const { return seen > 0 ? hits / seen : 0.0; }
+  // What a checkpoint written inside an epoch keeps of the running value.
+  std::array<double, 2> state() const { return {hits, seen}; }
+  void restore(std::array<double, 2> s) { hits = s[0], seen = s[1]; }
 };
 
 struct sparse_categorical_accuracy : hit_counter {
@@ -72,6 +78,8 @@ struct mean {
     weight += count;
   }
   double result() const { return weight > 0 ? total / weight : 0.0; }
+  std::array<double, 2> state() const { return {total, weight}; }
+  void restore(std::array<double, 2> s) { total = s[0], weight = s[1]; }
 };
 
 }  // namespace typeflow::metrics

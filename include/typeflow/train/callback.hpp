@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -65,8 +67,31 @@ class model_access {
   virtual std::vector<float> get_weights() const = 0;
   virtual void set_weights(std::span<const float> region) = 0;
   virtual void save_weights(const std::filesystem::path& path) = 0;
-  virtual std::filesystem::path save_checkpoint(const std::filesystem::path& dir) = 0;
+  // model.save_checkpoint(dir, {.keep = keep}): written during fit, it holds
+  // fit's position, History and callbacks' state too (docs/architecture.md,
+  // "Checkpoints").
+  virtual std::filesystem::path save_checkpoint(const std::filesystem::path& dir, int keep = 3) = 0;
+  // model.load_checkpoint(dir): called from on_train_begin, the fit being
+  // started continues where the checkpoint's fit was (backup_and_restore).
+  virtual void load_checkpoint(const std::filesystem::path& dir) = 0;
   virtual bool is_chief() const = 0;  // multi_worker: rank 0; write files only there
+  // Keras's model.optimizer.learning_rate: the next update's rate, and its
+  // replacement by a constant (refused when compile() was given a schedule,
+  // as Keras refuses it).
+  virtual double learning_rate() const = 0;
+  virtual void set_learning_rate(double rate) = 0;
+};
+
+// What a callback keeps across an interruption: a checkpoint written during
+// fit holds each callback's state, and the fit that continues from it gives
+// it back (numbers in the manifest, float arrays as tensors).
+struct callback_state {
+  std::map<std::string, double> numbers;
+  std::map<std::string, std::vector<float>> tensors;
+  std::optional<double> number(const std::string& key) const {
+    const auto found = numbers.find(key);
+    return found == numbers.end() ? std::nullopt : std::optional<double>(found->second);
+  }
 };
 
 class callback {
@@ -84,6 +109,15 @@ class callback {
   // logs hold the epoch's means, and val_* entries when fit validated.
   virtual void on_epoch_end(const epoch_info&, const logs&) {}
   virtual void on_train_end(const logs&) {}
+
+  // Its state for a checkpoint, under state_name() (e.g. "early_stopping"):
+  // what it must remember to behave after a resume as if never stopped.
+  // A callback without state writes nothing.
+  virtual std::string_view state_name() const { return "callback"; }
+  virtual void save_state(callback_state&) const {}
+  // Called after on_train_begin, when fit continues from a checkpoint that
+  // holds this callback's state.
+  virtual void load_state(const callback_state&) {}
 
  private:
   model_access* model_ = nullptr;

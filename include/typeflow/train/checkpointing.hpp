@@ -10,15 +10,23 @@
 //   "training":  epochs begun (each epoch's shuffle key), the batch size
 //                trained at (the next fit must use the same), the model's
 //                seed and the dropout step counter;
-//   "loss_scale": mixed_float16's state machine (scale, finite steps, skips).
-// The tensors (io/checkpoint.hpp writes both) are "parameters" and
-// "optimizer.slot.<s>", each the whole padded region, so that loading
-// restores the arena's bytes exactly.
+//   "loss_scale": mixed_float16's state machine (scale, finite steps, skips);
+//   "fit":       only in a checkpoint written during fit: where fit stood
+//                (epoch, batch, the epoch's key), the epoch's running means,
+//                the History so far and each callback's state (fit_snapshot.hpp).
+// "optimizer" also holds "learning_rate" when the rate is a constant (a
+// callback may have changed it). The tensors (io/checkpoint.hpp writes both)
+// are "parameters" and "optimizer.slot.<s>", each the whole padded region, so
+// that loading restores the arena's bytes exactly, and the callbacks' float
+// arrays as "callbacks.<key>.<name>". Format version 2 added "fit" and
+// "learning_rate"; version 1 checkpoints are read as having neither.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,7 +38,9 @@
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/io/safetensors.hpp"
 #include "typeflow/train/engine.hpp"
+#include "typeflow/train/fit_snapshot.hpp"
 
 namespace typeflow {
 
@@ -77,12 +87,15 @@ struct checkpoint_counters {
   std::uint64_t epochs_begun = 0;
   int batch_size = 0;  // 0: never trained
   engine_counters engine{};
+  std::optional<double> learning_rate{};  // the optimizer's, when constant
+  std::optional<fit_snapshot> fit{};      // written during fit: where it stood
 };
 
 inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity& id, const checkpoint_counters& c) {
   const auto& ls = c.engine.loss_scale;
-  return {{"format", "typeflow-checkpoint"},
-          {"format_version", 1},
+  nlohmann::ordered_json m = {
+          {"format", "typeflow-checkpoint"},
+          {"format_version", io::checkpoint_format_version},
           {"model",
            {{"network", id.network},
             {"policy", id.policy},
@@ -106,14 +119,18 @@ inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity
             {"dynamic", ls.dynamic},
             {"growth_steps", ls.growth_steps},
             {"finite_steps", ls.finite_steps}}}};
+  if (c.learning_rate) m["optimizer"]["learning_rate"] = *c.learning_rate;
+  if (c.fit) m["fit"] = fit_snapshot_json(*c.fit);
+  return m;
 }
 
 // Checks the manifest against this model (identity, and the optimizer that
-// compile() was given) and returns its counters. Throws std::runtime_error
+// compile() was given) and returns its counters; `tensors`, the checkpoint's
+// state.safetensors, holds the callbacks' float arrays that "fit" names. Throws std::runtime_error
 // naming the checkpoint and the first field that differs.
 inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, const std::filesystem::path& where,
                                                     const checkpoint_identity& id, std::string_view optimizer,
-                                                    int slots) {
+                                                    int slots, const io::safetensors_file* tensors = nullptr) {
   const auto fail = [&](const std::string& what) {
     return std::runtime_error("load_checkpoint: \"" + where.string() + "\" " + what);
   };
@@ -151,9 +168,27 @@ inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, con
     c.engine.loss_scale.finite_steps = ls.at("finite_steps").get<std::int32_t>();
     if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0)
       throw fail("has a negative counter in manifest.json");
+    if (o.contains("learning_rate")) c.learning_rate = o.at("learning_rate").get<double>();
+    if (m.contains("fit")) {
+      try {
+        c.fit = fit_snapshot_from_json(m.at("fit"), [&](const std::string& name) {
+          const io::tensor_spec* t = tensors ? tensors->find(name) : nullptr;
+          if (!t || t->dtype != "F32")
+            throw std::invalid_argument("its manifest names the tensor \"" + name +
+                                        "\", which state.safetensors lacks or holds as another dtype than F32");
+          const auto bytes = tensors->data(name);
+          std::vector<float> values(bytes.size() / sizeof(float));
+          std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+          return values;
+        });
+      } catch (const std::invalid_argument& e) {
+        throw fail("has a malformed \"fit\" in manifest.json: " + std::string(e.what()));
+      }
+    }
     return c;
   } catch (const nlohmann::json::exception& e) {
-    throw fail("has a manifest.json without a field this version needs: " + std::string(e.what()));
+    throw fail("has a manifest.json without a field this version needs, or with one of another type: " +
+               std::string(e.what()));
   }
 }
 

@@ -9,9 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+#include <algorithm>
 
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
@@ -35,6 +39,10 @@ struct optimizer_base {
   // checkpoint keeps them; the accumulator is one of the slots).
   virtual int pending_micro_batches() const = 0;
   virtual void restore_pending_micro_batches(int n) = 0;
+  // Keras's model.optimizer.learning_rate = rate (optimizers/learning_rate_field.hpp),
+  // and the constant rate it holds, if it holds one (a checkpoint keeps it).
+  virtual void set_learning_rate(double rate) = 0;
+  virtual std::optional<double> constant_learning_rate() const = 0;
 };
 
 template <class Optimizer>
@@ -72,6 +80,12 @@ struct optimizer_holder final : optimizer_base {
       throw std::invalid_argument("load_checkpoint: the checkpoint holds " + std::to_string(n) +
                                   " accumulated micro-batches, but the optimizer does not accumulate");
   }
+  void set_learning_rate(double rate) override { optimizers::set_constant_learning_rate(optimizer, Optimizer::name, rate); }
+  std::optional<double> constant_learning_rate() const override {
+    const auto* field = optimizers::learning_rate_field(const_cast<Optimizer&>(optimizer));
+    if (!field || !field->is_constant()) return std::nullopt;
+    return (*field)(0);
+  }
 };
 
 struct loss_base {
@@ -106,6 +120,9 @@ struct metric_base {
   virtual std::string_view name() const = 0;
   virtual void reset() = 0;
   virtual double result() const = 0;
+  // The running value's state (empty when the metric keeps none to give).
+  virtual std::vector<double> state() const = 0;
+  virtual void restore(std::span<const double> state) = 0;
   virtual void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid, int classes) = 0;
   virtual void update(const float* out, const float* targets, std::ptrdiff_t valid, int classes) = 0;
 };
@@ -117,6 +134,22 @@ struct metric_holder final : metric_base {
   std::string_view name() const override { return Metric::name; }
   void reset() override { metric.reset(); }
   double result() const override { return metric.result(); }
+  std::vector<double> state() const override {
+    if constexpr (requires { metric.state(); }) {
+      const auto s = metric.state();
+      return {s.begin(), s.end()};
+    } else {
+      return {};
+    }
+  }
+  void restore(std::span<const double> state) override {
+    if constexpr (requires { metric.state(); }) {
+      auto s = metric.state();
+      if (state.size() != s.size()) return;  // a checkpoint of another metric: starts afresh
+      std::copy(state.begin(), state.end(), s.begin());
+      metric.restore(s);
+    }
+  }
   void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid, int classes) override {
     if constexpr (requires { metric.update(out, ids, valid, classes); })
       metric.update(out, ids, valid, classes);

@@ -238,8 +238,11 @@ class model {
 
   // A checkpoint of everything training needs to continue as if it had not
   // stopped: the weights, the optimizer's slots and counters (accumulate<K>'s
-  // micro-batches included), the epochs begun (the shuffle key), the seed and
-  // dropout counter, the loss-scale state. Written atomically into
+  // micro-batches included) and its learning rate when a callback set it,
+  // the epochs begun (the shuffle key), the seed and dropout counter, the
+  // loss-scale state; written during fit (by a callback), also where fit
+  // stands (epoch, batch), the epoch's running means, the History so far and
+  // each callback's state (fit_snapshot.hpp). Written atomically into
   // dir/ckpt-<iterations>/ (io/checkpoint.hpp), keeping the newest
   // options.keep; only the chief writes. Returns the checkpoint's directory.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
@@ -254,8 +257,16 @@ class model {
       const auto slot = engine_.slot_region(s);
       tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {floats}, slot.data(), slot.size_bytes()});
     }
-    return io::write_checkpoint(dir, training_.iterations, tensors,
-                                make_checkpoint_manifest(checkpoint_id(), saved_counters()), options.keep);
+    const std::optional<fit_snapshot> fit = training_.snapshot();
+    if (fit)
+      for (const auto& [key, state] : fit->callbacks)
+        for (const auto& [name, values] : state.tensors)
+          tensors.push_back({"callbacks." + key + "." + name, "F32", {static_cast<std::int64_t>(values.size())},
+                             values.data(), values.size() * sizeof(float)});
+    checkpoint_counters counters = saved_counters();
+    counters.fit = fit;
+    return io::write_checkpoint(dir, training_.iterations, tensors, make_checkpoint_manifest(checkpoint_id(), counters),
+                                options.keep);
   }
 
   // Continues from the newest checkpoint in dir (or from dir, one
@@ -263,26 +274,33 @@ class model {
   // checkpoint was written with. A checkpoint of another network, policy,
   // strategy or optimizer is refused before anything changes, naming what
   // differs; the next fit must train at the batch size the checkpoint did.
+  // One written during fit makes the next fit continue that fit: at its
+  // epoch and batch, with its History and callbacks' state (Keras's
+  // BackupAndRestore; fit's `epochs` is the total of the run).
   void load_checkpoint(const std::filesystem::path& dir) {
     static_assert(std::is_same_v<Device, cpu>, "load_checkpoint: checkpoints are not on tf::cuda yet");
     training_.require_compiled("load_checkpoint");
     const io::checkpoint_read read = io::read_checkpoint(dir);
     const checkpoint_counters c = read_checkpoint_manifest(read.manifest, read.path, checkpoint_id(),
-                                                           training_.optimizer->name(), training_.slots);
+                                                           training_.optimizer->name(), training_.slots, &read.tensors);
     // Every tensor there and of the right size, before anything is copied.
     std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
     for (int s = 0; s < training_.slots; ++s)
       expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::parameter_floats)}});
+    for (const auto& t : read.tensors.tensors())  // the callbacks' (read_checkpoint_manifest checked their dtype)
+      if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
     io::check_tensors_match(read.tensors, expected);
     const auto copy = [&](const std::string& name, std::span<float> into) {
       const auto bytes = read.tensors.data(name);
       std::memcpy(into.data(), bytes.data(), into.size_bytes());
     };
+    if (c.learning_rate) training_.optimizer->set_learning_rate(*c.learning_rate);
     copy("parameters", engine_.writable_parameters());
     for (int s = 0; s < training_.slots; ++s) copy("optimizer.slot." + std::to_string(s), engine_.slot_region(s));
     training_.iterations = c.iterations;
     training_.optimizer->restore_pending_micro_batches(c.pending_micro_batches);
     training_.epoch_counter = c.epochs_begun;
+    training_.resume = c.fit;
     engine_.restore(c.engine);
     seed_ = c.engine.seed;
     trained_batch_size_ = c.batch_size;
@@ -332,6 +350,19 @@ class model {
   std::int64_t skipped_steps() const { return engine_.skipped_steps(); }
 
   std::int64_t iterations() const { return training_.iterations; }
+  // Keras's model.optimizer.learning_rate: the rate of the next update.
+  double learning_rate() const {
+    training_.require_compiled("learning_rate");
+    return training_.optimizer->learning_rate(training_.iterations + 1);
+  }
+  // Replaces the optimizer's learning rate by a constant (reduce_lr_on_plateau
+  // and learning_rate_scheduler do). Refused, as Keras refuses it, when
+  // compile() was given a schedule; a checkpoint keeps the new rate.
+  void set_learning_rate(double rate) {
+    training_.require_compiled("set_learning_rate");
+    training_.optimizer->set_learning_rate(rate);
+    engine_.learning_rate_changed(*training_.optimizer);
+  }
   // Whether this process prints and writes files: always, except on the
   // non-zero ranks of a multi_worker job.
   bool is_chief() const { return engine_.is_chief(); }
@@ -371,13 +402,21 @@ class model {
       std::copy(region.begin(), region.end(), into.begin());
     }
     void save_weights(const std::filesystem::path& path) override { m.save_weights(path); }
-    std::filesystem::path save_checkpoint(const std::filesystem::path& dir) override {
+    std::filesystem::path save_checkpoint(const std::filesystem::path& dir, int keep) override {
       if constexpr (std::is_same_v<Device, cpu>)
-        return m.save_checkpoint(dir);
+        return m.save_checkpoint(dir, {.keep = keep});
       else
         throw std::logic_error("save_checkpoint: checkpoints are not on tf::cuda yet");
     }
+    void load_checkpoint(const std::filesystem::path& dir) override {
+      if constexpr (std::is_same_v<Device, cpu>)
+        m.load_checkpoint(dir);
+      else
+        throw std::logic_error("load_checkpoint: checkpoints are not on tf::cuda yet");
+    }
     bool is_chief() const override { return m.is_chief(); }
+    double learning_rate() const override { return m.learning_rate(); }
+    void set_learning_rate(double rate) override { m.set_learning_rate(rate); }
   };
 
   checkpoint_identity checkpoint_id() const {
@@ -393,6 +432,7 @@ class model {
     c.epochs_begun = training_.epoch_counter;
     c.batch_size = trained_batch_size_;
     c.engine = engine_.counters();
+    c.learning_rate = training_.optimizer->constant_learning_rate();
     return c;
   }
   // A run continued from a checkpoint trains at the checkpoint's batch size.

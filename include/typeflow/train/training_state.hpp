@@ -13,6 +13,8 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -31,6 +33,7 @@
 #include "typeflow/callbacks/terminate_on_nan.hpp"
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/compiled.hpp"
+#include "typeflow/train/fit_snapshot.hpp"
 #include "typeflow/train/history.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/progress_bar.hpp"
@@ -45,6 +48,7 @@ struct fit_options {
   data::any_dataset<Element> validation_data{};
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
+  int initial_epoch = 0;  // Keras's: the epoch (0-based) to start at; fit runs epochs initial_epoch .. epochs - 1
 };
 
 // What evaluate returns: "loss" and each metric's name, with its value.
@@ -166,6 +170,68 @@ class training_state {
     return out;
   }
 
+  // The running means as a checkpoint written inside an epoch keeps them,
+  // by name: "loss", "regularization_loss", each metric's.
+  std::map<std::string, std::vector<double>> means() const {
+    std::map<std::string, std::vector<double>> out;
+    const auto pair = [](const metrics::mean& m) {
+      const auto s = m.state();
+      return std::vector<double>{s[0], s[1]};
+    };
+    out["loss"] = pair(loss_mean);
+    out["regularization_loss"] = pair(regularization_mean);
+    for (const auto& m : metrics) {
+      auto s = m->state();
+      if (!s.empty()) out[std::string(m->name())] = std::move(s);
+    }
+    return out;
+  }
+  // Puts them back (after reset_metrics: a metric the map lacks starts at zero).
+  void restore_means(const std::map<std::string, std::vector<double>>& saved) {
+    const auto put = [&](metrics::mean& m, const char* name) {
+      const auto found = saved.find(name);
+      if (found != saved.end() && found->second.size() == 2) m.restore({found->second[0], found->second[1]});
+    };
+    put(loss_mean, "loss");
+    put(regularization_mean, "regularization_loss");
+    for (auto& m : metrics) {
+      const auto found = saved.find(std::string(m->name()));
+      if (found != saved.end()) m->restore(found->second);
+    }
+  }
+
+  // During fit: where it is (fit_loop keeps it up to date), so that a
+  // checkpoint written by a callback records it (fit_snapshot.hpp).
+  struct fit_in_progress {
+    int epoch = 0;                          // the epoch to continue at
+    std::int64_t step = 0;                  // its batches trained
+    const history* so_far = nullptr;        // the epochs completed
+    std::span<callback* const> callbacks;   // the user's, in fit's order
+  };
+  // The snapshot of the fit in progress, or nothing between fits.
+  std::optional<fit_snapshot> snapshot() const {
+    if (!running_fit) return std::nullopt;
+    fit_snapshot s;
+    s.epoch = running_fit->epoch;
+    s.step = running_fit->step;
+    if (s.step > 0) {
+      s.epoch_key = epoch_counter - 1;  // the epoch in progress took the last key
+      s.means = means();
+    }
+    if (running_fit->so_far) s.history = running_fit->so_far->values;
+    for (std::size_t i = 0; i < running_fit->callbacks.size(); ++i) {
+      const callback* c = running_fit->callbacks[i];
+      callback_state state;
+      c->save_state(state);
+      if (!state.numbers.empty() || !state.tensors.empty())
+        s.callbacks[callback_state_key(i, *c)] = std::move(state);
+    }
+    return s;
+  }
+  static std::string callback_state_key(std::size_t position, const callback& c) {
+    return std::to_string(position) + "." + std::string(c.state_name());
+  }
+
   std::unique_ptr<detail::optimizer_base> optimizer;
   std::unique_ptr<detail::loss_base> loss;
   std::vector<std::unique_ptr<detail::metric_base>> metrics;
@@ -174,6 +240,8 @@ class training_state {
   std::uint64_t epoch_counter = 0;  // epochs begun, the pipeline's shuffle key
   metrics::mean loss_mean;
   metrics::mean regularization_mean;  // the part of the loss the regularizers add
+  const fit_in_progress* running_fit = nullptr;  // set by fit_loop while it runs
+  std::optional<fit_snapshot> resume;            // set by load_checkpoint: the next fit continues it
 
  private:
   // "val_" + name, kept alive for the state's lifetime.
@@ -197,9 +265,17 @@ class training_state {
 // Batch k + 1 is read and staged between launch(k) and finish(k), so a GPU
 // computes while the pipeline produces. The input wait is the time next()
 // and stage() take; the step time is launch() and finish().
+//
+// After every callback's on_train_begin, a checkpoint loaded before fit or in
+// on_train_begin (state.resume, fit_snapshot.hpp) says where to continue:
+// its epoch, its batch within it (the data reopened with the epoch's key and
+// the trained batches skipped), its means, History and callbacks' state.
 template <class Net, bool LossScaling, class Steps, data::batched_dataset Dataset>
 history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
                  fit_options<typename Dataset::element_type> options, model_access& access) {
+  if (options.initial_epoch < 0)
+    throw std::invalid_argument("fit: initial_epoch must not be negative (got " + std::to_string(options.initial_epoch) +
+                                ")");
   const bool chief = access.is_chief();
   using batch_type = typename Dataset::element_type;
   history result;
@@ -208,27 +284,78 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   if (!chief) options.verbose = 0;  // one progress bar per job, the chief's
   if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
   if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
-  std::vector<callback*> callbacks;
+  // The recorder first, so that a checkpoint written in on_epoch_end holds that epoch.
+  std::vector<callback*> callbacks{&recorder};
   if (bar) callbacks.push_back(bar.get());
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
-  callbacks.push_back(&recorder);
   callbacks::terminate_on_nan* terminator = nullptr;  // with one, a non-finite step ends the run cleanly
   for (auto* c : options.callbacks)
     if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
   bool terminated = false;
   for (auto* c : callbacks) c->set_model(&access);
 
+  typename training_state<Net>::fit_in_progress position{options.initial_epoch, 0, &result, options.callbacks};
+  state.running_fit = &position;
+  struct clear_on_exit {
+    training_state<Net>& state;
+    ~clear_on_exit() { state.running_fit = nullptr; }
+  } clear{state};
+
   const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
   batch_type batch;
   logs step_logs, epoch_logs;
   using clock = std::chrono::steady_clock;
+  // The logs after a step: the epoch's means so far, and the run's gauges.
+  const auto fill_step_logs = [&](std::int64_t steps_timed, clock::duration waited, clock::duration stepped) {
+    state.fill_logs(step_logs, "");
+    if constexpr (LossScaling) {  // mixed_float16: Keras's LossScaleOptimizer state
+      step_logs.set("loss_scale", steps.loss_scale());
+      step_logs.set("skipped_steps", static_cast<double>(steps.skipped_steps()));
+    }
+    step_logs.set("learning_rate", state.optimizer->learning_rate(state.iterations + 1));  // the next update's
+    if (steps_timed == 0) return;
+    const double seconds = std::chrono::duration<double>(waited + stepped).count();
+    step_logs.set("input_wait_fraction", std::chrono::duration<double>(waited).count() / seconds);
+    if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
+      step_logs.set("tokens_per_second",
+                    static_cast<double>(steps_timed * batch_type::size * Net::input_shape_type::size) / seconds);
+  };
   for (auto* c : callbacks) c->on_train_begin();
-  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+
+  // Continuing a fit from a checkpoint.
+  std::optional<fit_snapshot> resume = std::move(state.resume);
+  state.resume.reset();
+  if (resume) {
+    position.epoch = resume->epoch;
+    result.values = std::move(resume->history);
+    for (std::size_t i = 0; i < options.callbacks.size(); ++i) {
+      const auto found = resume->callbacks.find(training_state<Net>::callback_state_key(i, *options.callbacks[i]));
+      if (found != resume->callbacks.end()) options.callbacks[i]->load_state(found->second);
+    }
+  }
+
+  for (int epoch = position.epoch; epoch < options.epochs; ++epoch) {
     const epoch_info info{epoch, options.epochs, full_batches};
+    position.epoch = epoch;
+    position.step = 0;
     for (auto* c : callbacks) c->on_epoch_begin(info);
     state.reset_metrics();
-    auto cursor = train.open(state.epoch_counter++);
     std::int64_t step = 0;
+    const bool continuing = resume && resume->step > 0 && epoch == resume->epoch;
+    auto cursor = train.open(continuing ? resume->epoch_key : state.epoch_counter++);
+    if (continuing) {
+      // The batches the checkpoint's fit had trained in this epoch, read again and skipped.
+      for (; step < resume->step; ++step)
+        if (!cursor.next(batch) || batch.valid != batch_type::size)
+          throw std::invalid_argument("fit: the checkpoint continues epoch " + std::to_string(epoch + 1) +
+                                      " after batch " + std::to_string(resume->step) + ", but the training data has only " +
+                                      std::to_string(step) + " full batches in that epoch; continue with the same data");
+      state.restore_means(resume->means);
+      position.step = step;
+      fill_step_logs(0, {}, {});
+    }
+    resume.reset();
+    const std::int64_t first_step = step;
     clock::duration waited{}, stepped{};
     int parity = 0;
     auto mark = clock::now();
@@ -261,17 +388,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         break;
       }
       ++step;
-      state.fill_logs(step_logs, "");
-      if constexpr (LossScaling) {  // mixed_float16: Keras's LossScaleOptimizer state
-        step_logs.set("loss_scale", steps.loss_scale());
-        step_logs.set("skipped_steps", static_cast<double>(steps.skipped_steps()));
-      }
-      step_logs.set("learning_rate", state.optimizer->learning_rate(state.iterations + 1));  // the next update's
-      step_logs.set("input_wait_fraction",
-                    std::chrono::duration<double>(waited) / std::chrono::duration<double>(waited + stepped));
-      if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
-        step_logs.set("tokens_per_second", static_cast<double>(step * batch_type::size * Net::input_shape_type::size) /
-                                               std::chrono::duration<double>(waited + stepped).count());
+      position.step = step;
+      fill_step_logs(step - first_step, waited, stepped);
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       if (access.stop_requested()) break;
       have = next;
@@ -286,6 +404,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       steps.validate(options.validation_data);
       state.fill_logs(epoch_logs, "val_");
     }
+    position.epoch = epoch + 1;  // a checkpoint written from here on continues at the next epoch
+    position.step = 0;
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
     if (terminated || access.stop_requested()) break;
   }

@@ -42,6 +42,8 @@ class device_optimizer_base {
   // Host side, before launching the step whose update number is `iteration`:
   // enqueues the write of its constants on `stream` (outside any capture).
   virtual void prepare(std::int64_t iteration, cudaStream_t stream) = 0;
+  // model::set_learning_rate: the next prepare() computes with this constant rate.
+  virtual void set_learning_rate(double rate) = 0;
   // Recorded into the step: statistics over the gradients, the update of
   // the weights and slots in `arena`, and the step state's advance.
   virtual void record_update(std::byte* arena, std::size_t gradients_offset,
@@ -80,6 +82,10 @@ class device_optimizer final : public device_optimizer_base {
   void prepare(std::int64_t iteration, cudaStream_t stream) override {
     set_device_value(table_.template data<table_type>(), optimizers::device::step_table_for(optimizer_, iteration, 1),
                      stream);
+  }
+
+  void set_learning_rate(double rate) override {
+    optimizers::set_constant_learning_rate(optimizer_, Optimizer::name, rate);
   }
 
   void record_update(std::byte* arena, std::size_t gradients_offset, const std::array<std::size_t, 8>& slot_offsets,
