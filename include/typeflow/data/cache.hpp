@@ -50,6 +50,7 @@
 #include <exception>
 #include <filesystem>
 #include <fcntl.h>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -179,6 +180,13 @@ class cache_reader {
                             std::to_string(cache_record<E>::bytes) + " bytes" +
                             (record_bytes == cache_record<E>::bytes ? ", of another type" : "") +
                             "); delete it to rebuild the cache");
+    // A hostile count times the record size could wrap around 64 bits to a
+    // product that matches a short file: refuse a count that cannot fit first.
+    if (count_ > (std::numeric_limits<std::uint64_t>::max() - cache_header_bytes) / record_bytes)
+      cache_error(path, "is corrupt: its header at byte offset " + std::to_string(cache_count_offset) + " says " +
+                            std::to_string(count_) + " records of " + std::to_string(record_bytes) +
+                            " bytes, more bytes than 64 bits can count, but it has " + std::to_string(size) +
+                            "; delete it to rebuild the cache");
     const std::uintmax_t expected = cache_header_bytes + count_ * record_bytes;
     if (size < expected)
       cache_error(path, "is truncated: its header says " + std::to_string(count_) + " records of " +

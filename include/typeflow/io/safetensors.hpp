@@ -496,8 +496,11 @@ class safetensors_file {
     if (!value.is_array()) return std::string("is a JSON ") + value.type_name() + ", not an array";
     for (std::size_t i = 0; i < value.size(); ++i) {
       const nlohmann::json& item = value[i];
+      // An array or object is named, not printed: printing recurses once per
+      // level, and a hostile header nests deeper than the stack holds.
       if (!item.is_number_unsigned())
-        return "has " + item.dump() + " at index " + std::to_string(i) + ", not a non-negative integer";
+        return "has " + (item.is_structured() ? std::string("a JSON ") + item.type_name() : item.dump()) +
+               " at index " + std::to_string(i) + ", not a non-negative integer";
       out.push_back(item.get<std::uint64_t>());
     }
     return std::nullopt;

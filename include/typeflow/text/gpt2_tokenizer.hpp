@@ -385,8 +385,12 @@ class gpt2_tokenizer {
     s.tokens.assign(n, std::string());
     std::vector<bool> taken(n, false);
     for (const auto& [key, value] : document.items()) {
+      // An array or object is named, not printed: printing recurses once per
+      // level, and a hostile file nests deeper than the stack holds.
       if (!value.is_number_integer())
-        file_error(path, "the token \"" + key + "\" has the value " + value.dump() + ", not an integer id");
+        file_error(path, "the token \"" + key + "\" has the value " +
+                             (value.is_structured() ? std::string("a JSON ") + value.type_name() : value.dump()) +
+                             ", not an integer id");
       const auto id = value.get<std::int64_t>();
       if (id < 0 || static_cast<std::uint64_t>(id) >= n)
         file_error(path, "the token \"" + key + "\" has the id " + std::to_string(id) + ", outside 0.." +
