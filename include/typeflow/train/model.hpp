@@ -40,6 +40,7 @@
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/io/safetensors.hpp"
+#include "typeflow/io/weights_options.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/model/sequential.hpp"
 #include "typeflow/model/summary.hpp"
@@ -210,16 +211,26 @@ class model {
   // shapes, e.g. layers.1.kernel (784, 512). Written to a temporary file and
   // renamed, so a crash never leaves a partial file under `path`.
   void save_weights(const std::filesystem::path& path) const {
+    const io::save_weights_options typeflow_names;
+    save_weights(path, typeflow_names);
+  }
+
+  // The same for another reader (io/weights_options.hpp): each tensor under
+  // options.rename's name (one renamed to "" is left out), with
+  // options.metadata; e.g. Hugging Face's GPT-2 layout, io/hf_gpt2.hpp.
+  void save_weights(const std::filesystem::path& path, const io::save_weights_options& options) const {
     if (!is_chief()) return;  // every worker holds the same weights; the chief writes them
     const std::span<const float> region = engine_.parameters();
     std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
     parameters::for_each([&](const parameter_info& p) {
+      std::string name = options.rename ? options.rename(p.name) : p.name;
+      if (name.empty()) return;
       const auto view = stored(p, region.data());
       values.emplace_back(view.begin(), view.end());
-      tensors.push_back({p.name, "F32", p.shape, values.back().data(), p.size * sizeof(float)});
+      tensors.push_back({std::move(name), "F32", p.shape, values.back().data(), p.size * sizeof(float)});
     });
-    io::write_safetensors(path, tensors, {{"format", "typeflow"}});
+    io::write_safetensors(path, tensors, options.metadata);
   }
 
   // Reads weights saved by save_weights (or any safetensors file with the
@@ -234,6 +245,26 @@ class model {
       const auto view = stored(p, region.data());
       for (std::size_t i = 0; i < p.size; ++i) std::memcpy(&view[i], bytes.data() + i * sizeof(float), sizeof(float));
     });
+  }
+
+  // Reads weights that another model wrote (io/weights_options.hpp): the
+  // file's names through options.rename, then matched to the model's;
+  // allow_missing keeps the values of model tensors absent from the file (a
+  // new head), allow_unexpected leaves file tensors the model lacks unread,
+  // skip_mismatch (Keras's) keeps the model's values where a shape differs,
+  // with a warning. F16, BF16 and F64 tensors are converted to float32.
+  // Anything else is refused before anything is copied, naming the file,
+  // the unmatched names on both sides and the first shape that differs.
+  // Returns what was loaded, skipped, missing and not read.
+  io::load_weights_report load_weights(const std::filesystem::path& path, const io::load_weights_options& options) {
+    const auto file = io::safetensors_file::read(path);
+    io::weights_load_plan plan = io::plan_weights_load(file, parameter_specs(), options);
+    const std::span<float> region = engine_.writable_parameters();
+    for (const io::weights_copy& c : plan.copies) {
+      const std::vector<float> values = io::read_float32(file, c.file_name);
+      std::copy(values.begin(), values.end(), stored(parameters::find(c.model_name), region.data()).begin());
+    }
+    return std::move(plan.report);
   }
 
   // A checkpoint of everything training needs to continue as if it had not
