@@ -11,6 +11,7 @@
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/data.hpp"
 #include "typeflow/initializers/initializers.hpp"
+#include "typeflow/io/hf_gpt2.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/batch_norm.hpp"
