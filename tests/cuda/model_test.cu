@@ -104,3 +104,37 @@ TEST_CASE("cuda model: a graph replay sees each step's new values (the dropout c
   const auto y = by_batch.parameter_region();
   CHECK(std::equal(x.begin(), x.end(), y.begin()));
 }
+
+TEST_CASE("cuda model: a checkpoint continues the run bit for bit, and a backup continues a crashed fit") {
+  const toy_data d = make_data();
+  const auto compile = [](auto& m) {
+    m.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  };
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "typeflow_cuda_checkpoint_test";
+  std::filesystem::remove_all(dir);
+  tf::model<mlp, tf::float32, tf::single_device, tf::cuda> whole(seed), first(seed), resumed(seed + 1);
+  compile(whole);
+  compile(first);
+  compile(resumed);
+  whole.fit(toy_dataset(d), {.epochs = 2, .verbose = 0});
+  // A checkpoint written mid-epoch 2 (dropout's counter, Adam's slots and step, the position in the data).
+  tf::callbacks::lambda_callback save({.on_train_batch_end = [&](std::int64_t, const tf::logs&) {
+    if (first.iterations() == samples / batch + 1) first.save_checkpoint(dir);
+  }});
+  first.fit(toy_dataset(d), {.epochs = 2, .callbacks = {&save}, .verbose = 0});
+  resumed.load_checkpoint(dir);
+  resumed.fit(toy_dataset(d), {.epochs = 2, .verbose = 0});
+  CHECK(resumed.iterations() == whole.iterations());
+  // Equal up to the GPU's summation order (bit for bit where its kernels are deterministic).
+  const auto a = resumed.parameter_region(), b = whole.parameter_region();
+  REQUIRE(a.size() == b.size());
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+    largest = std::max(largest, std::fabs(double{b[i]}));
+  }
+  INFO("largest difference " << worst << " of weights up to " << largest);
+  CHECK(worst <= 1e-5 * largest);
+  std::filesystem::remove_all(dir);
+}

@@ -163,6 +163,41 @@ void checks() {
   model.strategy().barrier();
   if (rank == 0) std::filesystem::remove_all(dir);
 
+  // A checkpoint written mid-epoch by every rank (only the chief writes) and
+  // loaded by every rank continues the job bit for bit.
+  {
+    auto shuffled = data | tf::data::shuffle(samples, 5) |
+                    tf::data::shard(tf::distribute::worker_count(), tf::distribute::worker_index()) |
+                    tf::data::batch<PerWorker>;
+    tf::model<net, tf::float32, tf::multi_worker> whole{4}, first{4}, resumed{rank == 0 ? 77u : 78u};
+    compile(whole);
+    compile(first);
+    compile(resumed);
+    whole.fit(shuffled, {.epochs = 2, .verbose = 0});
+    const std::filesystem::path ckpt = "multi_worker_test_ckpt_" + std::to_string(job);
+    tf::callbacks::lambda_callback save_at_13({.on_train_batch_end = [&](std::int64_t, const tf::logs&) {
+      if (first.iterations() != 13) return;
+      first.save_checkpoint(ckpt);
+      first.strategy().barrier();  // written before any rank reads it
+    }});
+    tf::callbacks::lambda_callback stop_at_13({.on_train_batch_end = [&](std::int64_t, const tf::logs&) {
+      if (first.iterations() == 13) throw std::runtime_error("stop");  // the same step on every rank
+    }});
+    try {
+      first.fit(shuffled, {.epochs = 2, .callbacks = {&save_at_13, &stop_at_13}, .verbose = 0});
+    } catch (const std::runtime_error&) {
+    }
+    check(tf::io::list_checkpoints(ckpt).size() == 1, "save_checkpoint on every rank wrote one checkpoint (the chief's)");
+    resumed.load_checkpoint(ckpt);
+    resumed.fit(shuffled, {.epochs = 2, .verbose = 0});
+    check(resumed.iterations() == whole.iterations() &&
+              std::ranges::equal(resumed.parameter_region(), whole.parameter_region()),
+          "a job continued mid-epoch from a checkpoint ends with the uninterrupted job's weights, bit for bit");
+    check(same_on_every_rank(resumed.parameter_region()), "the continued job's weights are identical on every rank");
+    model.strategy().barrier();
+    if (rank == 0) std::filesystem::remove_all(ckpt);
+  }
+
   // A job-wide figure: the mean of each rank's loss.
   double loss = history["loss"].back();
   const double own = loss;

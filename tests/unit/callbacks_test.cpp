@@ -41,6 +41,9 @@ struct recording_model final : tf::model_access {
   double rate = 0.1;
   double learning_rate() const override { return rate; }
   void set_learning_rate(double r) override { rate = r; }
+  void swap_ema_weights() override {}
+  bool ema_weights_in_model() const override { return false; }
+  void finalize_variable_values() override {}
 };
 
 // Runs `c` over epochs whose `name` entry takes the values given (the

@@ -87,6 +87,9 @@ struct adam {
   float weight_decay = 0.f;
   decay_scope weight_decay_applies_to = decay_scope::all;
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
+  bool use_ema = false;  // Keras 3's optimizer EMA (optimizers/ema.hpp): one more slot
+  float ema_momentum = 0.99f;
+  std::optional<int> ema_overwrite_frequency{};
 
   static constexpr std::string_view name = "adam";
   int slot_count() const { return amsgrad ? 3 : 2; }
@@ -104,6 +107,9 @@ struct adamw {
   bool amsgrad = false;
   decay_scope weight_decay_applies_to = decay_scope::kernels;
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
+  bool use_ema = false;  // Keras 3's optimizer EMA (optimizers/ema.hpp): one more slot
+  float ema_momentum = 0.99f;
+  std::optional<int> ema_overwrite_frequency{};
 
   static constexpr std::string_view name = "adamw";
   int slot_count() const { return amsgrad ? 3 : 2; }

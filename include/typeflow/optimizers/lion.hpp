@@ -35,6 +35,9 @@ struct lion {
   float weight_decay = 0.f;
   decay_scope weight_decay_applies_to = decay_scope::kernels;
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};
+  bool use_ema = false;  // Keras 3's optimizer EMA (optimizers/ema.hpp): one more slot
+  float ema_momentum = 0.99f;
+  std::optional<int> ema_overwrite_frequency{};
 
   static constexpr std::string_view name = "lion";
   int slot_count() const { return 1; }

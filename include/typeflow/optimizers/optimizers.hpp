@@ -13,6 +13,7 @@
 
 #include "typeflow/optimizers/accumulate.hpp"
 #include "typeflow/optimizers/adam.hpp"
+#include "typeflow/optimizers/ema.hpp"
 #include "typeflow/optimizers/learning_rate_field.hpp"
 #include "typeflow/optimizers/lion.hpp"
 #include "typeflow/optimizers/rmsprop.hpp"

@@ -80,6 +80,13 @@ class model_access {
   // as Keras refuses it).
   virtual double learning_rate() const = 0;
   virtual void set_learning_rate(double rate) = 0;
+  // The optimizer's moving average (use_ema): exchanged with the weights,
+  // and whether the average is in the weights now (swap_ema_weights).
+  virtual void swap_ema_weights() = 0;
+  virtual bool ema_weights_in_model() const = 0;
+  // Keras's optimizer.finalize_variable_values: with use_ema, the weights
+  // become the average. fit calls it before on_train_end.
+  virtual void finalize_variable_values() = 0;
 };
 
 // What a callback keeps across an interruption: a checkpoint written during
@@ -106,6 +113,9 @@ class callback {
   virtual void on_epoch_begin(const epoch_info&) {}
   // step is 1-based within the epoch; logs hold running means over the epoch.
   virtual void on_batch_end(std::int64_t /*step*/, const logs&) {}
+  // Around fit's validation at an epoch's end (Keras's on_test_begin / on_test_end).
+  virtual void on_test_begin() {}
+  virtual void on_test_end(const logs&) {}
   // logs hold the epoch's means, and val_* entries when fit validated.
   virtual void on_epoch_end(const epoch_info&, const logs&) {}
   virtual void on_train_end(const logs&) {}

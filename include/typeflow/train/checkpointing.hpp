@@ -15,7 +15,8 @@
 //                (epoch, batch, the epoch's key), the epoch's running means,
 //                the History so far and each callback's state (fit_snapshot.hpp).
 // "optimizer" also holds "learning_rate" when the rate is a constant (a
-// callback may have changed it). The tensors (io/checkpoint.hpp writes both)
+// callback may have changed it), and "ema_in_weights" when use_ema's average
+// was swapped into the weights (its slot then holds the raw weights). The tensors (io/checkpoint.hpp writes both)
 // are "parameters" and "optimizer.slot.<s>", each the whole padded region, so
 // that loading restores the arena's bytes exactly, and the callbacks' float
 // arrays as "callbacks.<key>.<name>". Format version 2 added "fit" and
@@ -88,6 +89,7 @@ struct checkpoint_counters {
   int batch_size = 0;  // 0: never trained
   engine_counters engine{};
   std::optional<double> learning_rate{};  // the optimizer's, when constant
+  bool ema_in_weights = false;            // use_ema: the average was swapped into the weights
   std::optional<fit_snapshot> fit{};      // written during fit: where it stood
 };
 
@@ -120,6 +122,7 @@ inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity
             {"growth_steps", ls.growth_steps},
             {"finite_steps", ls.finite_steps}}}};
   if (c.learning_rate) m["optimizer"]["learning_rate"] = *c.learning_rate;
+  if (c.ema_in_weights) m["optimizer"]["ema_in_weights"] = true;
   if (c.fit) m["fit"] = fit_snapshot_json(*c.fit);
   return m;
 }
@@ -169,6 +172,7 @@ inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, con
     if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0)
       throw fail("has a negative counter in manifest.json");
     if (o.contains("learning_rate")) c.learning_rate = o.at("learning_rate").get<double>();
+    if (o.contains("ema_in_weights")) c.ema_in_weights = o.at("ema_in_weights").get<bool>();
     if (m.contains("fit")) {
       try {
         c.fit = fit_snapshot_from_json(m.at("fit"), [&](const std::string& name) {

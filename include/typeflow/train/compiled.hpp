@@ -25,7 +25,10 @@ namespace typeflow::detail {
 
 struct optimizer_base {
   virtual ~optimizer_base() = default;
+  // The state slots, each the parameter region's size: the optimizer's own,
+  // then, with use_ema, the moving average (ema_slot()).
   virtual int slots() const = 0;
+  virtual std::optional<int> ema_slot() const = 0;
   virtual std::string_view name() const = 0;
   // The learning rate of update number `iteration` (1-based).
   virtual double learning_rate(std::int64_t iteration) const = 0;
@@ -48,11 +51,24 @@ struct optimizer_base {
 template <class Optimizer>
 struct optimizer_holder final : optimizer_base {
   Optimizer optimizer;
-  explicit optimizer_holder(Optimizer o) : optimizer(std::move(o)) {}
-  int slots() const override { return optimizer.slot_count(); }
+  optimizers::ema_options ema;  // use_ema: the average is the slot after the optimizer's own
+  explicit optimizer_holder(Optimizer o) : optimizer(std::move(o)), ema(optimizers::ema_options_of(optimizer)) {
+    optimizers::check_ema_options(ema, Optimizer::name);
+  }
+  int slots() const override { return optimizer.slot_count() + (ema.use_ema ? 1 : 0); }
+  std::optional<int> ema_slot() const override {
+    return ema.use_ema ? std::optional<int>(optimizer.slot_count()) : std::nullopt;
+  }
   std::string_view name() const override { return Optimizer::name; }
   double learning_rate(std::int64_t iteration) const override { return optimizer.learning_rate(iteration - 1); }
   bool update(const optimizers::update_arguments& arguments) override {
+    const bool updated = update_weights(arguments);
+    const bool refused = arguments.non_finite && *arguments.non_finite;  // the NaN policy changed nothing
+    if (updated && !refused && ema.use_ema)
+      optimizers::update_moving_average(arguments, arguments.slots[optimizer.slot_count()], ema, arguments.iteration);
+    return updated;
+  }
+  bool update_weights(const optimizers::update_arguments& arguments) {
     if constexpr (requires { optimizer.accumulate_and_update(arguments); }) {
       return optimizer.accumulate_and_update(arguments);
     } else if constexpr (optimizers::rule_optimizer<Optimizer>) {

@@ -171,9 +171,14 @@ class engine<Net, Policy, Strategy, cpu> {
     loss_scale_.restore(saved.loss_scale);
     replicas_.restore_runs(saved.seed, saved.dropout_step);
   }
-  // Optimizer slot s's region (after compile), for a checkpoint.
+  // Optimizer slot s's region (after compile), for a checkpoint and the EMA.
   std::span<float> slot_region(int s) {
     return {memory_.template at<float>(plan0::slot_offset(s)), Net::parameter_floats};
+  }
+  std::span<const float> slot_values(int s) { return slot_region(s); }
+  void set_slot_values(int s, std::span<const float> values) {
+    const std::span<float> into = slot_region(s);
+    std::copy(values.begin(), values.end(), into.begin());
   }
 
  private:

@@ -94,7 +94,7 @@ class engine<Net, Policy, Strategy, cuda> {
  public:
   // Replica r runs on device first_device + r.
   // multi_worker: each process takes its local rank's device (first_device is not used).
-  engine(training_state<Net>& training, std::uint64_t seed, int first_device = 0) : training_(training) {
+  engine(training_state<Net>& training, std::uint64_t seed, int first_device = 0) : training_(training), seed_(seed) {
     if (first_device < 0)
       throw std::invalid_argument("model<..., cuda>: device " + std::to_string(first_device) + " is negative");
     host_.reserve(plan0::parameter_bytes, 0);
@@ -104,9 +104,7 @@ class engine<Net, Policy, Strategy, cuda> {
     backend::cuda::require_devices(first_device + replica_count, replica_count > 1 ? "mirrored<N> on tf::cuda"
                                                                                    : "model<Net, Policy, Strategy, cuda>");
     for (int r = 0; r < replica_count; ++r) {
-      // Replica 0 draws the model's dropout masks; the others their own, as on the CPU.
-      const std::uint64_t replica_seed = r == 0 ? seed : mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
-      replicas_.push_back(std::make_unique<replica>(first_device + r, replica_seed));
+      replicas_.push_back(std::make_unique<replica>(first_device + r, replica_seed(seed, r)));
       *replicas_.back()->state_mirror() = initial_state_;
     }
     replication_.connect(first_device);
@@ -121,7 +119,10 @@ class engine<Net, Policy, Strategy, cuda> {
   std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
 
   template <class Optimizer, class Loss>
-  void check_compile(const Optimizer&, const Loss& loss) const {
+  void check_compile(const Optimizer& optimizer, const Loss& loss) const {
+    if (optimizers::ema_options_of(optimizer).use_ema)
+      throw std::invalid_argument("compile on tf::cuda: use_ema (the optimizer's moving average) is not on the GPU "
+                                  "yet; train without it, or on the CPU");
     static_assert(std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
                   "compile on tf::cuda: the loss runs as one fused softmax + cross-entropy kernel; only "
                   "sparse_categorical_crossentropy{.from_logits = true} exists so far");
@@ -255,6 +256,50 @@ class engine<Net, Policy, Strategy, cuda> {
     return out;
   }
 
+  // What a checkpoint keeps (train/checkpointing.hpp): the model's seed,
+  // the dropout step counter, the loss-scale state as the last finished
+  // step left it; and each optimizer slot, replica 0's, through the host.
+  engine_counters counters() const {
+    return {seed_, steps_, static_cast<const precision::loss_scale_state&>(*replicas_[0]->state_mirror())};
+  }
+  // After training_state's counters (iterations) were restored.
+  void restore(const engine_counters& saved) {
+    seed_ = saved.seed;
+    const std::uint64_t seed = replication_.worker_seed(saved.seed);
+    for (std::size_t r = 0; r < replicas_.size(); ++r)
+      replicas_[r]->run.seed = replica_seed(seed, static_cast<int>(r));
+    steps_ = saved.dropout_step;
+    step_state fresh = initial_state_;
+    static_cast<precision::loss_scale_state&>(fresh) = saved.loss_scale;
+    fresh.inverse_loss_scale = 1.f / fresh.loss_scale;
+    restart_loss_scale(fresh);
+  }
+  // Slot s's region on the host (valid until the next call for s).
+  std::span<const float> slot_values(int s) const {
+    auto& host = slots_host_.at(static_cast<std::size_t>(s));
+    host.assign(Net::parameter_floats, 0.f);
+    const auto& r = *replicas_[0];
+    if (!pending_slots_.empty() && !pending_slots_[static_cast<std::size_t>(s)].empty()) {
+      host = pending_slots_[static_cast<std::size_t>(s)];
+    } else if (r.arena.size()) {
+      backend::cuda::device_guard on(r.device);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), r.arena.data() + plan0::slot_offset(s), plan0::parameter_bytes,
+                                     cudaMemcpyDeviceToHost));
+    }
+    return host;
+  }
+  // Replaces slot s on every replica (now, or when its arena is laid out).
+  void set_slot_values(int s, std::span<const float> values) {
+    if (values.size() != Net::parameter_floats)
+      throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) +
+                                  " floats for a slot of " + std::to_string(Net::parameter_floats));
+    pending_slots_.resize(static_cast<std::size_t>(training_.slots));
+    pending_slots_.at(static_cast<std::size_t>(s)).assign(values.begin(), values.end());
+    download_weights();
+    device_has_weights_ = false;  // the next step uploads the weights and the slots
+    upload_weights();
+  }
+
   // Loss scaling (mixed_float16 only), as on the CPU: dynamic by default
   // (Keras's LossScaleOptimizer), or fixed; setting it starts afresh. The
   // scale and the skip decision live on the device; these read what the
@@ -267,6 +312,11 @@ class engine<Net, Policy, Strategy, cuda> {
   std::int64_t skipped_steps() const { return loss_scaling ? replicas_[0]->state_mirror()->skipped : 0; }
 
  private:
+  // Replica 0 draws the model's (worker's) dropout masks; the others their own, as on the CPU.
+  static std::uint64_t replica_seed(std::uint64_t seed, int r) {
+    return r == 0 ? seed : mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
+  }
+
   // Where the step region starts: after the parameters, gradients and slots.
   std::size_t step_base() const {
     return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
@@ -584,6 +634,17 @@ class engine<Net, Policy, Strategy, cuda> {
       r->compute.synchronize();
     }
     device_has_weights_ = std::all_of(replicas_.begin(), replicas_.end(), [](auto& r) { return r->arena.size() > 0; });
+    // Slots a checkpoint set (set_slot_values), once every replica has its arena.
+    if (device_has_weights_ && !pending_slots_.empty()) {
+      for (auto& r : replicas_) {
+        backend::cuda::device_guard on(r->device);
+        for (std::size_t k = 0; k < pending_slots_.size(); ++k)
+          if (!pending_slots_[k].empty())
+            TYPEFLOW_CUDA_CHECK(cudaMemcpy(r->arena.data() + plan0::slot_offset(static_cast<int>(k)),
+                                           pending_slots_[k].data(), plan0::parameter_bytes, cudaMemcpyHostToDevice));
+      }
+      pending_slots_.clear();
+    }
     if constexpr (!across_processes) host_stale_ = false;
   }
   // Replica 0 -> host, when the devices trained since the last copy.
@@ -600,7 +661,10 @@ class engine<Net, Policy, Strategy, cuda> {
   training_state<Net>& training_;  // the model's: optimizer, loss, metrics, counters, means
   mutable arena host_;             // the parameter region on the host: initialisation, weights files, views
   mutable std::vector<float> gradients_host_;  // gradients(): replica 0's, copied back
+  std::uint64_t seed_;             // the model's
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
+  mutable std::array<std::vector<float>, training_state<Net>::max_slots> slots_host_;  // slot_values()' copies
+  std::vector<std::vector<float>> pending_slots_;  // set_slot_values' slots, until every arena is laid out
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})
                                            : optimizers::device::make_step_state();
   replication replication_;  // mirrored<N>'s and multi_worker's communicators and all-reduce

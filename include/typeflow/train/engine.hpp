@@ -25,7 +25,7 @@
 //                                      the parameter and gradient regions on the host, up to date;
 //   replica_parameter_region(r), arena_bytes()
 //   set_loss_scale(o), loss_scale(), skipped_steps()
-//   counters(), restore(counters), slot_region(s)
+//   counters(), restore(counters), slot_values(s), set_slot_values(s, values)
 //                                      what a checkpoint keeps (train/checkpointing.hpp)
 #pragma once
 

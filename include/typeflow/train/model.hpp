@@ -277,7 +277,6 @@ class model {
   // dir/ckpt-<iterations>/ (io/checkpoint.hpp), keeping the newest
   // options.keep; only the chief writes. Returns the checkpoint's directory.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
-    static_assert(std::is_same_v<Device, cpu>, "save_checkpoint: checkpoints are not on tf::cuda yet");
     training_.require_compiled("save_checkpoint");
     if (!is_chief()) return dir / io::detail::checkpoint_name(training_.iterations);
     const auto region = engine_.parameters();
@@ -285,7 +284,7 @@ class model {
     const std::int64_t floats = static_cast<std::int64_t>(Net::parameter_floats);
     tensors.push_back({"parameters", "F32", {floats}, region.data(), region.size_bytes()});
     for (int s = 0; s < training_.slots; ++s) {
-      const auto slot = engine_.slot_region(s);
+      const std::span<const float> slot = engine_.slot_values(s);
       tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {floats}, slot.data(), slot.size_bytes()});
     }
     const std::optional<fit_snapshot> fit = training_.snapshot();
@@ -309,7 +308,6 @@ class model {
   // epoch and batch, with its History and callbacks' state (Keras's
   // BackupAndRestore; fit's `epochs` is the total of the run).
   void load_checkpoint(const std::filesystem::path& dir) {
-    static_assert(std::is_same_v<Device, cpu>, "load_checkpoint: checkpoints are not on tf::cuda yet");
     training_.require_compiled("load_checkpoint");
     const io::checkpoint_read read = io::read_checkpoint(dir);
     const checkpoint_counters c = read_checkpoint_manifest(read.manifest, read.path, checkpoint_id(),
@@ -321,17 +319,21 @@ class model {
     for (const auto& t : read.tensors.tensors())  // the callbacks' (read_checkpoint_manifest checked their dtype)
       if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
     io::check_tensors_match(read.tensors, expected);
-    const auto copy = [&](const std::string& name, std::span<float> into) {
+    const auto floats_of = [&](const std::string& name) {
       const auto bytes = read.tensors.data(name);
-      std::memcpy(into.data(), bytes.data(), into.size_bytes());
+      std::vector<float> values(Net::parameter_floats);
+      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+      return values;
     };
-    if (c.learning_rate) training_.optimizer->set_learning_rate(*c.learning_rate);
-    copy("parameters", engine_.writable_parameters());
-    for (int s = 0; s < training_.slots; ++s) copy("optimizer.slot." + std::to_string(s), engine_.slot_region(s));
+    if (c.learning_rate) set_learning_rate(*c.learning_rate);
+    const std::vector<float> weights = floats_of("parameters");
+    std::ranges::copy(weights, engine_.writable_parameters().begin());
+    for (int s = 0; s < training_.slots; ++s) engine_.set_slot_values(s, floats_of("optimizer.slot." + std::to_string(s)));
     training_.iterations = c.iterations;
     training_.optimizer->restore_pending_micro_batches(c.pending_micro_batches);
     training_.epoch_counter = c.epochs_begun;
     training_.resume = c.fit;
+    training_.ema_in_weights = c.ema_in_weights;
     engine_.restore(c.engine);
     seed_ = c.engine.seed;
     trained_batch_size_ = c.batch_size;
@@ -379,6 +381,39 @@ class model {
   // skipped for non-finite gradients (1 and 0 without loss scaling).
   float loss_scale() const { return engine_.loss_scale(); }
   std::int64_t skipped_steps() const { return engine_.skipped_steps(); }
+
+  // Keras 3's optimizer EMA (use_ema, optimizers/ema.hpp): exchanges the
+  // trainable weights with their moving average, so that evaluate, predict
+  // or save_weights use the average; a second call puts them back.
+  // (callbacks::swap_ema_weights does it around fit's validation.)
+  void swap_ema_weights() {
+    training_.require_compiled("swap_ema_weights");
+    const std::optional<int> slot = training_.optimizer->ema_slot();
+    if (!slot) throw std::logic_error("swap_ema_weights: the optimizer was compiled without use_ema = true");
+    if constexpr (std::is_same_v<Device, cpu>) {
+      optimizers::swap_with_average(engine_.writable_parameters().data(), engine_.slot_region(*slot).data(),
+                                    parameter_table<Net>::tensors());
+      training_.ema_in_weights = !training_.ema_in_weights;
+    }
+  }
+  // Whether the average is in the weights now (an odd number of swaps).
+  bool ema_weights_in_model() const { return training_.ema_in_weights; }
+  // Keras's optimizer.finalize_variable_values, which fit calls at its end:
+  // with use_ema, the weights become the moving average (and stay it).
+  void finalize_variable_values() {
+    if (!training_.optimizer) return;
+    const std::optional<int> slot = training_.optimizer->ema_slot();
+    if (!slot) return;
+    if constexpr (std::is_same_v<Device, cpu>) {
+      float* weights = engine_.writable_parameters().data();
+      float* average = engine_.slot_region(*slot).data();
+      if (training_.ema_in_weights)  // swapped in: the slot holds the raw weights, which go
+        optimizers::copy_trainable(weights, average, parameter_table<Net>::tensors());
+      else
+        optimizers::copy_trainable(average, weights, parameter_table<Net>::tensors());
+      training_.ema_in_weights = false;
+    }
+  }
 
   std::int64_t iterations() const { return training_.iterations; }
   // Keras's model.optimizer.learning_rate: the rate of the next update.
@@ -434,20 +469,15 @@ class model {
     }
     void save_weights(const std::filesystem::path& path) override { m.save_weights(path); }
     std::filesystem::path save_checkpoint(const std::filesystem::path& dir, int keep) override {
-      if constexpr (std::is_same_v<Device, cpu>)
-        return m.save_checkpoint(dir, {.keep = keep});
-      else
-        throw std::logic_error("save_checkpoint: checkpoints are not on tf::cuda yet");
+      return m.save_checkpoint(dir, {.keep = keep});
     }
-    void load_checkpoint(const std::filesystem::path& dir) override {
-      if constexpr (std::is_same_v<Device, cpu>)
-        m.load_checkpoint(dir);
-      else
-        throw std::logic_error("load_checkpoint: checkpoints are not on tf::cuda yet");
-    }
+    void load_checkpoint(const std::filesystem::path& dir) override { m.load_checkpoint(dir); }
     bool is_chief() const override { return m.is_chief(); }
     double learning_rate() const override { return m.learning_rate(); }
     void set_learning_rate(double rate) override { m.set_learning_rate(rate); }
+    void swap_ema_weights() override { m.swap_ema_weights(); }
+    bool ema_weights_in_model() const override { return m.ema_weights_in_model(); }
+    void finalize_variable_values() override { m.finalize_variable_values(); }
   };
 
   checkpoint_identity checkpoint_id() const {
@@ -464,6 +494,7 @@ class model {
     c.batch_size = trained_batch_size_;
     c.engine = engine_.counters();
     c.learning_rate = training_.optimizer->constant_learning_rate();
+    c.ema_in_weights = training_.ema_in_weights;
     return c;
   }
   // A run continued from a checkpoint trains at the checkpoint's batch size.

@@ -78,6 +78,7 @@ class training_state {
     metrics.clear();
     (metrics.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics_given))), ...);
     slots = optimizer->slots();
+    ema_in_weights = false;
     if (slots > max_slots) throw std::logic_error("compile: the optimizer asks for more state slots than a model holds");
     iterations = 0;
   }
@@ -241,6 +242,7 @@ class training_state {
   metrics::mean loss_mean;
   metrics::mean regularization_mean;  // the part of the loss the regularizers add
   const fit_in_progress* running_fit = nullptr;  // set by fit_loop while it runs
+  bool ema_in_weights = false;                   // use_ema: swap_ema_weights put the average into the weights
   std::optional<fit_snapshot> resume;            // set by load_checkpoint: the next fit continues it
 
  private:
@@ -292,6 +294,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   for (auto* c : options.callbacks)
     if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
   bool terminated = false;
+  std::int64_t trained_steps = 0;  // by this fit
   for (auto* c : callbacks) c->set_model(&access);
 
   typename training_state<Net>::fit_in_progress position{options.initial_epoch, 0, &result, options.callbacks};
@@ -388,6 +391,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         break;
       }
       ++step;
+      ++trained_steps;
       position.step = step;
       fill_step_logs(step - first_step, waited, stepped);
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
@@ -401,14 +405,17 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
                                   " samples to train on; the dataset is smaller than one batch");
     epoch_logs = step_logs;
     if (options.validation_data) {
+      for (auto* c : callbacks) c->on_test_begin();
       steps.validate(options.validation_data);
       state.fill_logs(epoch_logs, "val_");
+      for (auto* c : callbacks) c->on_test_end(epoch_logs);
     }
     position.epoch = epoch + 1;  // a checkpoint written from here on continues at the next epoch
     position.step = 0;
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
     if (terminated || access.stop_requested()) break;
   }
+  if (trained_steps > 0) access.finalize_variable_values();
   for (auto* c : callbacks) c->on_train_end(epoch_logs);
   return result;
 }
