@@ -16,6 +16,14 @@
 // thread reads the stage (the consumer's, or a worker's under map(f, n) or
 // prefetch), one call at a time. A callable that fits neither form is a
 // compile error with one sentence.
+//
+// A callable that hangs (a socket that never answers, a lock never
+// released) hangs whatever reads it: fit waits in its step, and under
+// prefetch or map(f, n) destroying the cursor waits for the call in
+// progress to return. typeflow puts no timeout around user code, since it
+// cannot stop a thread safely; a callable that may block should wait with
+// a deadline of its own and throw, and the exception reaches fit's caller
+// as any pipeline error does (tests/standalone/fault_injection_test.cpp).
 #pragma once
 
 #include <cstdint>
