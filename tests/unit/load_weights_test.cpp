@@ -58,7 +58,7 @@ TEST_CASE("load_weights renames the file's tensors with a function") {
   CHECK(contains(message, "options.rename maps the file's to the model's"));
 }
 
-TEST_CASE("load_weights renames the file's tensors with a table, and a rename to \"\" leaves a tensor out") {
+TEST_CASE("load_weights renames the file's tensors with a table, and a rename to the empty string leaves a tensor out") {
   temp_dir dir;
   // Another framework's names, (in, out) kernels as typeflow's.
   const std::vector<float> w1(6 * 8, 0.5f), b1(8, 0.25f), w2(8 * 4, -1.f), b2(4, 2.f), step{7.f};
@@ -191,7 +191,7 @@ TEST_CASE("load_weights converts F16, BF16 and F64 tensors to float32 and refuse
   CHECK(values_of(loaded, "layers.1.kernel") == before);  // refused before anything was copied
 }
 
-TEST_CASE("save_weights with options names the file's tensors, leaves out those renamed to \"\", and writes the metadata") {
+TEST_CASE("save_weights with options names the file's tensors, leaves out those renamed to the empty string, and writes the metadata") {
   temp_dir dir;
   tf::model<base> model{1};
   model.save_weights(dir.path / "named.safetensors",
