@@ -7,6 +7,7 @@
 #                           its seed corpus
 #   scripts/fuzz.sh long    runs every target for TYPEFLOW_FUZZ_RUNS (1000000) executions
 #   scripts/fuzz.sh build   builds the targets and writes the seed corpus, runs nothing
+#   scripts/fuzz.sh MODE fuzz_csv fuzz_idx ...   only those targets
 #
 # Each mode writes build-fuzz/fuzz-<mode>-stats.tsv: per target the executions,
 # executions per second, seconds, coverage (libFuzzer's cov: edges and ft:
@@ -23,6 +24,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 mode="${1:-short}"
+shift || true
+only=("$@")  # target names; none: every target
 case "${mode}" in
   short | long | build) ;;
   *)
@@ -69,6 +72,7 @@ last_value() { grep -o "$2:[[:space:]]*[0-9]*" "$1" | tail -n 1 | grep -o '[0-9]
 
 for program in "${dir}"/tests/fuzz/fuzz_*; do
   target="$(basename "${program}")"
+  if ((${#only[@]} > 0)) && [[ " ${only[*]} " != *" ${target} "* ]]; then continue; fi
   max_len=8192
   [[ "${target}" == fuzz_gpt2_load ]] && max_len=32768
   work="${dir}/corpus/${target}-${mode}"
