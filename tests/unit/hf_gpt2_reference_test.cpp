@@ -266,6 +266,31 @@ TEST_CASE("hf_gpt2 loads the body into a GPT-2 with another head, and refuses to
   CHECK(dir.files().empty());
 }
 
+TEST_CASE("hf_gpt2 numbers GPT-2's blocks in the model's order when some sit in a nested block, as under frozen") {
+  using split = tf::sequential<tf::typed_input<tf::int32, steps>, tf::embedding<vocab, n_embd>,
+                               tf::positional_embedding<n_positions>,
+                               tf::sequential<tf::repeat<1, hf_gpt2::block<n_head, n_embd>>>,  // "layers.3.blocks.0."
+                               tf::repeat<1, hf_gpt2::block<n_head, n_embd>>,                  // "blocks.0."
+                               hf_gpt2::layer_norm, tf::tied_logits>;
+  tf::model<split> model{5};
+  const auto table = hf_gpt2::table(model.parameter_specs());
+  REQUIRE(table.size() == model.parameter_specs().size());
+  const auto hf_name_of = [&](const std::string& typeflow_name) {
+    for (const auto& [hf, name] : table)
+      if (name == typeflow_name) return hf;
+    return std::string("(none)");
+  };
+  CHECK(hf_name_of("layers.3.blocks.0.attn.qkv.kernel") == "h.0.attn.c_attn.weight");
+  CHECK(hf_name_of("blocks.0.attn.qkv.kernel") == "h.1.attn.c_attn.weight");
+  CHECK(hf_name_of("blocks.0.dense_1.bias") == "h.1.mlp.c_proj.bias");
+  CHECK(hf_name_of("layers.5.gamma") == "ln_f.weight");
+
+  // The same GPT-2, so PyTorch's logits.
+  model.load_weights(reference_path("hf_gpt2_model.safetensors"), hf_gpt2::load_options(model));
+  const comparison logits(model.predict(token_batches()), tf::io::read_float32(expected(), "logits"));
+  CHECK(logits.outside == 0);
+}
+
 TEST_CASE("hf_gpt2 loads the first blocks of a deeper GPT-2 only when asked to leave the rest unread") {
   using shallow = hf_gpt2::network<1, n_head, n_embd, n_positions, vocab, steps>;
   tf::model<shallow> model{4};
@@ -288,6 +313,6 @@ TEST_CASE("hf_gpt2 refuses a model without GPT-2's embeddings and final norm, na
   tf::model<mlp> model{1};
   const std::string message =
       typeflow::testing::message_of<std::invalid_argument>([&] { hf_gpt2::load_options(model); });
-  CHECK(message.find("has 0 top-level embedding tables, not GPT-2's two (wte, then wpe)") != std::string::npos);
+  CHECK(message.find("has 0 embedding tables outside its blocks, not GPT-2's two (wte, then wpe)") != std::string::npos);
   CHECK(message.find("hf_gpt2::network") != std::string::npos);
 }

@@ -44,15 +44,18 @@
 //   h.<i>.attn.bias, h.<i>.attn.masked_bias                           the causal mask's buffers, not
 //                                                                     parameters; not read, not written
 //
-// The "layers.<k>" positions are found in the model, not fixed: wte is the
-// first top-level embedding table, wpe the second, ln_f the last top-level
-// layer norm, so a network with dropout after the embeddings, or another
-// head (with load_options(model).allow_missing = true), maps too. Saving
+// The typeflow names are found in the model by their ends, not fixed: wte
+// is the first embedding table outside the blocks, wpe the second, ln_f the
+// last layer norm outside them, and block i the i-th "...blocks.<j>." in the
+// model's order, so a network with dropout after the embeddings, blocks
+// split between a nested (or frozen) part and the top level, or another
+// head (with load_options(model).allow_missing = true) maps too. Saving
 // writes the names without a prefix (as the published gpt2 checkpoint does)
 // and metadata {"format": "pt"}, which transformers requires; a model
 // tensor outside the table is an error there, since GPT-2 has no place for it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <map>
@@ -128,19 +131,48 @@ inline constexpr std::array<std::string_view, 2> block_buffers{"attn.bias", "att
 inline constexpr std::string_view prefix = "transformer.";
 
 // Every (Hugging Face name, typeflow name) of a model with these parameter
-// specs, in the model's order. Throws std::invalid_argument when the model
-// lacks GPT-2's top-level tensors (two embedding tables, a final layer norm).
+// specs, in the model's order. The model's names are recognised by their
+// ends, so combinators around them do not matter: a block's tensor is
+// "...blocks.<j>." + a typeflow name of block_names, and GPT-2's block i is
+// the i-th such block prefix in the model's order ("blocks.0." at the top,
+// or "layers.1.blocks.0." inside a nested block or frozen<>); outside the
+// blocks, wte and wpe are the first and second "...embeddings", ln_f the
+// last "...gamma" and its "...beta". Throws std::invalid_argument when the
+// model lacks GPT-2's two embedding tables or the final layer norm.
 inline std::vector<std::pair<std::string, std::string>> table(std::span<const tensor_spec> model) {
-  std::vector<std::string> embeddings;  // top-level "layers.<k>.embeddings", in order
-  std::string final_norm;               // "layers.<k>." of the last top-level gamma
+  // The "...blocks.<j>." prefix of a block tensor's name and its typeflow
+  // name within the block, or an empty prefix.
+  const auto split_block = [](std::string_view name) -> std::pair<std::string_view, const name_pair*> {
+    for (std::size_t at = name.find("blocks."); at != std::string_view::npos; at = name.find("blocks.", at + 1)) {
+      if (at > 0 && name[at - 1] != '.') continue;
+      std::size_t digits = at + 7;
+      while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
+      if (digits == at + 7 || digits >= name.size() || name[digits] != '.') continue;
+      const std::string_view rest = name.substr(digits + 1);
+      for (const name_pair& pair : block_names)
+        if (pair.typeflow == rest) return {name.substr(0, digits + 1), &pair};
+    }
+    return {{}, nullptr};
+  };
+  const auto ends_with_segment = [](std::string_view name, std::string_view last) {
+    return name == last || (name.ends_with(last) && name[name.size() - last.size() - 1] == '.');
+  };
+
+  std::vector<std::string> embeddings;  // outside the blocks, in order
+  std::string final_norm;               // the prefix of the last gamma outside the blocks
+  std::vector<std::string_view> block_prefixes;
+  std::map<std::string, std::string, std::less<>> from_typeflow;  // typeflow -> hf
   for (const tensor_spec& spec : model) {
-    const std::string& name = spec.name;
-    if (!name.starts_with("layers.")) continue;
-    const std::size_t dot = name.find('.', 7);
-    if (dot == std::string::npos) continue;
-    const std::string_view param = std::string_view(name).substr(dot + 1);
-    if (param == "embeddings") embeddings.push_back(name);
-    if (param == "gamma") final_norm = name.substr(0, dot + 1);
+    const std::string_view name = spec.name;
+    if (const auto [prefix, pair] = split_block(name); pair != nullptr) {
+      auto at = std::find(block_prefixes.begin(), block_prefixes.end(), prefix);
+      if (at == block_prefixes.end()) at = block_prefixes.insert(at, prefix);
+      from_typeflow[spec.name] =
+          "h." + std::to_string(at - block_prefixes.begin()) + "." + std::string(pair->hugging_face);
+      continue;
+    }
+    if (ends_with_segment(name, "embeddings")) embeddings.push_back(spec.name);
+    if (ends_with_segment(name, "gamma")) final_norm = spec.name.substr(0, name.size() - 5);
   }
   const auto refuse = [](const std::string& what) {
     return std::invalid_argument(
@@ -150,24 +182,13 @@ inline std::vector<std::pair<std::string, std::string>> table(std::span<const te
   };
   if (embeddings.size() < 2)
     throw refuse("has " + std::to_string(embeddings.size()) +
-                 " top-level embedding tables, not GPT-2's two (wte, then wpe)");
-  if (final_norm.empty()) throw refuse("has no top-level layer_norm for ln_f");
-
-  std::map<std::string, std::string, std::less<>> from_typeflow;  // typeflow -> hf
+                 " embedding tables outside its blocks, not GPT-2's two (wte, then wpe)");
+  if (final_norm.empty()) throw refuse("has no layer_norm after its blocks for ln_f");
   from_typeflow[embeddings[0]] = "wte.weight";
   from_typeflow[embeddings[1]] = "wpe.weight";
   from_typeflow[final_norm + "gamma"] = "ln_f.weight";
   from_typeflow[final_norm + "beta"] = "ln_f.bias";
-  for (const tensor_spec& spec : model) {
-    const std::string& name = spec.name;
-    if (!name.starts_with("blocks.")) continue;
-    const std::size_t dot = name.find('.', 7);
-    if (dot == std::string::npos) continue;
-    const std::string index = name.substr(7, dot - 7);
-    const std::string_view rest = std::string_view(name).substr(dot + 1);
-    for (const name_pair& pair : block_names)
-      if (pair.typeflow == rest) from_typeflow[name] = "h." + index + "." + std::string(pair.hugging_face);
-  }
+
   std::vector<std::pair<std::string, std::string>> entries;
   for (const tensor_spec& spec : model)
     if (const auto it = from_typeflow.find(spec.name); it != from_typeflow.end()) entries.emplace_back(it->second, spec.name);
