@@ -16,8 +16,8 @@
 // tf::dropout where fine-tuning wants it: no layer with parameters moves).
 //
 // The table. Hugging Face's names (what the file holds, maybe under a
-// "transformer." prefix) and typeflow's (what parameter_specs() lists), in
-// block i and at the top; both sides store every tensor in the same layout,
+// "transformer." prefix) and typeflow's (what parameter_specs() lists for
+// hf_gpt2::network), in block i and at the top; both sides store every tensor in the same layout,
 // so loading and saving copy values without transposing, splitting or
 // permuting anything:
 //
