@@ -30,6 +30,7 @@
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
 #include "typeflow/model/memory_plan.hpp"
+#include "typeflow/model/frozen.hpp"
 #include "typeflow/model/recompute.hpp"
 #include "typeflow/model/repeat.hpp"
 #include "typeflow/model/residual.hpp"

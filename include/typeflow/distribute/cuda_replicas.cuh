@@ -93,13 +93,13 @@ class cuda_replicas {
       if (all_reduce_) return;
       std::vector<std::size_t> layer_offsets(Net::layer_count);
       for (std::size_t i = 0; i < Net::layer_count; ++i)
-        layer_offsets[i] = memory_plan<Net, 0, 0>::layer_parameter_offset[i] / sizeof(float);
+        layer_offsets[i] = memory_plan<Net, 0, 0>::layer_gradient_offset[i] / sizeof(float);
       if constexpr (across_processes)
         all_reduce_ = std::make_unique<backend::cuda::bucketed_all_reduce>(
-            *worker_, gradients[0], std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
+            *worker_, gradients[0], std::span<const std::size_t>(layer_offsets), Net::trainable_floats);
       else
         all_reduce_ = std::make_unique<backend::cuda::bucketed_all_reduce>(
-            *nccl_, gradients, std::span<const std::size_t>(layer_offsets), Net::parameter_floats);
+            *nccl_, gradients, std::span<const std::size_t>(layer_offsets), Net::trainable_floats);
     }
   }
   // The arenas moved (a new batch size, a new compile): prepare again.

@@ -207,8 +207,11 @@ struct bind_children<Outer, In, I, Previous, InDtype, Siblings, Spec, Rest...> {
 }  // namespace detail
 
 // The bound facts and the executor of Specs... run as a chain from In.
-template <class Context, class In, bool Recompute, class... Specs>
-struct chain_binding : layer_defaults {
+// FirstPrevious is what the first child sees before it: void (the children
+// of a combinator see only their siblings), or for frozen<...> at the start
+// of a network the network's input (an embedding checks that it reads token ids).
+template <class Context, class In, bool Recompute, class FirstPrevious, class... Specs>
+struct chain_binding_after : layer_defaults {
   // Its executor is chain_executor (model/chain_executor.hpp), on every device.
   static constexpr bool is_chain = true;
   // A decoder keeps everything: attention's key/value cache lives in its
@@ -216,8 +219,8 @@ struct chain_binding : layer_defaults {
   static constexpr bool Kept = !Recompute || Context::decode_length > 0;
   static_assert(sizeof...(Specs) > 0, "a combinator needs at least one layer inside it");
   using children =
-      typename detail::bind_children<Context, In, 0, void, typename Context::precision::input, std::tuple<Specs...>,
-                                     Specs...>::type;
+      typename detail::bind_children<Context, In, 0, FirstPrevious, typename Context::precision::input,
+                                     std::tuple<Specs...>, Specs...>::type;
   static constexpr std::size_t n = sizeof...(Specs);
   template <std::size_t I>
   using child = std::tuple_element_t<I, children>;
@@ -360,5 +363,8 @@ struct chain_binding : layer_defaults {
   }(std::make_index_sequence<n>{}))::type;
   using params = std::conditional_t<Context::nested, leaves, typename detail::name_leaves<leaves>::type>;
 };
+
+template <class Context, class In, bool Recompute, class... Specs>
+using chain_binding = chain_binding_after<Context, In, Recompute, void, Specs...>;
 
 }  // namespace typeflow

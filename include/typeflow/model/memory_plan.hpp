@@ -1,9 +1,12 @@
 // memory_plan<Net, Batch, OptimizerSlots>: where everything lives.
 //
 // One arena holds, in this order, each 64-byte aligned:
-//   parameters      (P floats)         the weights, every tensor aligned
-//   gradients       (P floats)         same layout as the parameters
-//   optimizer slots (Slots x P floats) e.g. adam's m and v
+//   parameters      (P floats)         the weights, every tensor aligned: the
+//                                      trainable layers' first (T floats),
+//                                      then the frozen layers' (frozen<...>)
+//   gradients       (T floats)         the layout of the parameters' first T
+//   optimizer slots (Slots x T floats) e.g. adam's m and v
+// Without frozen layers T = P and every layer's parameters are in layer order.
 //   activations     one (Batch, shape) buffer per layer output, except where
 //                   a layer's output is its input's buffer (flatten, fused relu),
 //                   in the layer's output dtype (2 bytes an element where a
@@ -37,25 +40,43 @@ struct memory_plan {
   static constexpr std::size_t layer_count = Net::layer_count;
   static constexpr std::size_t parameter_floats = Net::parameter_floats;
   static constexpr std::size_t parameter_bytes = parameter_floats * sizeof(float);
+  // The trainable part, which has gradients and optimizer slots.
+  static constexpr std::size_t trainable_floats = Net::trainable_floats;
+  static constexpr std::size_t trainable_bytes = trainable_floats * sizeof(float);
 
   // Byte offsets of each region.
   static constexpr std::size_t parameters_offset = 0;
   static constexpr std::size_t gradients_offset = parameter_bytes;
-  static constexpr std::size_t slots_offset = gradients_offset + parameter_bytes;
+  static constexpr std::size_t slots_offset = gradients_offset + trainable_bytes;
   static constexpr std::size_t slot_offset(int slot) {
-    return slots_offset + static_cast<std::size_t>(slot) * parameter_bytes;
+    return slots_offset + static_cast<std::size_t>(slot) * trainable_bytes;
   }
   static constexpr std::size_t activations_offset =
-      slots_offset + static_cast<std::size_t>(OptimizerSlots) * parameter_bytes;
+      slots_offset + static_cast<std::size_t>(OptimizerSlots) * trainable_bytes;
 
-  // Byte offset of layer i's parameters within the parameter region (and,
-  // the same, of its gradients within the gradient region).
+  // Byte offset of layer i's parameters within the parameter region: the
+  // trainable layers' in layer order from 0, then the frozen layers' from T.
+  // A trainable layer's gradients sit at the same offset in the gradient
+  // region.
   static constexpr auto layer_parameter_offset = [] {
+    std::array<std::size_t, layer_count> offsets{};
+    std::size_t trainable_at = 0, frozen_at = trainable_bytes;
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      std::size_t& at = Net::trainable[i] ? trainable_at : frozen_at;
+      offsets[i] = at;
+      at += Net::param_floats[i] * sizeof(float);
+    }
+    return offsets;
+  }();
+  // Byte offset of layer i's gradients within the gradient region: its
+  // parameters' offset when it is trainable; a frozen layer has none (an
+  // empty span where the next trainable layer's begin).
+  static constexpr auto layer_gradient_offset = [] {
     std::array<std::size_t, layer_count> offsets{};
     std::size_t at = 0;
     for (std::size_t i = 0; i < layer_count; ++i) {
       offsets[i] = at;
-      at += Net::param_floats[i] * sizeof(float);
+      if (Net::trainable[i]) at += Net::param_floats[i] * sizeof(float);
     }
     return offsets;
   }();

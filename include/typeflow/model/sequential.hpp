@@ -138,6 +138,13 @@ struct bound_network {
   static constexpr auto scratch_bytes_per_step =
       per_layer([]<class L>() { return L::scratch_bytes_per_step; });
   static constexpr auto uses_tied_embedding = per_layer([]<class L>() { return L::uses_tied_embedding; });
+  // Whether layer I's parameters are trained: all but those of frozen<...>.
+  static constexpr auto trainable = per_layer([]<class L>() {
+    if constexpr (requires { L::trainable; })
+      return L::trainable;
+    else
+      return true;
+  });
   static constexpr auto layer_flops = per_layer([]<class L>() { return L::flops_per_sample; });
 
   // Whether any parameter of the network carries a regularizer.
@@ -162,6 +169,21 @@ struct bound_network {
     for (auto c : param_floats) sum += c;
     return sum;
   }();
+  // Floats of the trainable layers' parameters: the gradient region's and
+  // each optimizer slot's size (frozen layers have neither).
+  static constexpr std::size_t trainable_floats = [] {
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < layer_count; ++i)
+      if (trainable[i]) sum += param_floats[i];
+    return sum;
+  }();
+  static constexpr std::size_t trainable_count = [] {
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < layer_count; ++i)
+      if (trainable[i]) sum += param_counts[i];
+    return sum;
+  }();
+
   // Forward FLOPs per sample (a multiply-add counts two).
   static constexpr std::size_t flops_per_sample = [] {
     std::size_t sum = 0;
@@ -170,13 +192,14 @@ struct bound_network {
   }();
 
   // Whether layer I must produce the gradient of its input: only when some
-  // layer before it has parameters (the data itself needs no gradient).
+  // layer before it has parameters that are trained (the data itself, and a
+  // frozen stretch at the bottom, need no gradient: backward stops above it).
   static constexpr auto needs_input_gradient = [] {
     std::array<bool, layer_count> needs{};
     bool parameters_before = false;
     for (std::size_t i = 0; i < layer_count; ++i) {
       needs[i] = parameters_before;
-      parameters_before = parameters_before || param_floats[i] > 0;
+      parameters_before = parameters_before || (param_floats[i] > 0 && trainable[i]);
     }
     return needs;
   }();

@@ -74,11 +74,11 @@ void print_summary(std::FILE* out) {
         }(),
         ...);
   }(std::make_index_sequence<Net::layer_count>{});
-  // Statistics (batch_norm's moving mean and variance) are parameters the
-  // optimizer never trains.
+  // Statistics (batch_norm's moving mean and variance) and the parameters
+  // of frozen<...> layers are parameters the optimizer never trains.
   const std::size_t total = Net::parameter_count;
   const std::size_t trainable = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return (std::size_t{0} + ... + Net::template layer<I>::params::trainable_count);
+    return (std::size_t{0} + ... + (Net::trainable[I] ? Net::template layer<I>::params::trainable_count : 0));
   }(std::make_index_sequence<Net::layer_count>{});
   std::fprintf(out,
                "%s\nTotal params: %s (%s, float32)\nTrainable params: %s\nNon-trainable params: %s\n"

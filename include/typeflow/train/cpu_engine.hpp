@@ -143,7 +143,7 @@ class engine<Net, Policy, Strategy, cpu> {
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
   std::span<const float> gradients() const {
-    return {memory_.template at<float>(plan0::gradients_offset), Net::parameter_floats};
+    return {memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats};
   }
   // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the engine's own).
   std::span<const float> replica_parameter_region(int r) const {
@@ -173,7 +173,7 @@ class engine<Net, Policy, Strategy, cpu> {
   }
   // Optimizer slot s's region (after compile), for a checkpoint and the EMA.
   std::span<float> slot_region(int s) {
-    return {memory_.template at<float>(plan0::slot_offset(s)), Net::parameter_floats};
+    return {memory_.template at<float>(plan0::slot_offset(s)), Net::trainable_floats};
   }
   std::span<const float> slot_values(int s) { return slot_region(s); }
   void set_slot_values(int s, std::span<const float> values) {
@@ -191,7 +191,7 @@ class engine<Net, Policy, Strategy, cpu> {
   }
 
   std::size_t step_base() const {
-    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::trainable_bytes;
   }
 
   // Sets the arena and the step program up for batch size N, once per size.
@@ -274,21 +274,21 @@ class engine<Net, Policy, Strategy, cpu> {
     float* grads = memory_.template at<float>(plan0::gradients_offset);
     // Across processes (multi_worker): the mean over every worker's gradient.
     if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
-      strategy_.all_reduce_mean(grads, Net::parameter_floats);
+      strategy_.all_reduce_mean(grads, Net::trainable_floats);
     // The NaN policy (train/non_finite.hpp): after the all-reduce, so that
     // every worker stops at the same step; before the update, so that the
     // weights stay the last good step's.
     if constexpr (!loss_scaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
       // The optimizer's own pass checks the gradients where it can (update.hpp).
-      if (!training_.optimizer->checks_non_finite() && !all_finite_parallel(grads, Net::parameter_floats))
+      if (!training_.optimizer->checks_non_finite() && !all_finite_parallel(grads, Net::trainable_floats))
         throw non_finite_gradient<Net>(grads);
     }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
     // an inf or a NaN among them changes no weight (after the all-reduce,
     // every replica and worker sees the same verdict).
     if constexpr (loss_scaling) {
-      const bool finite = precision::unscale_all_finite(grads, Net::parameter_floats, loss_scale_.scale());
+      const bool finite = precision::unscale_all_finite(grads, Net::trainable_floats, loss_scale_.scale());
       if (!loss_scale_.after_step(finite)) {
         const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
         if (has_regularizers) training_.regularization_mean.update(penalty, samples);
@@ -306,7 +306,7 @@ class engine<Net, Policy, Strategy, cpu> {
     float* slot_pointers[training_state<Net>::max_slots] = {};
     for (int s = 0; s < training_.slots; ++s) slot_pointers[s] = memory_.template at<float>(plan0::slot_offset(s));
     arguments.slots = slot_pointers;
-    arguments.floats = static_cast<std::ptrdiff_t>(Net::parameter_floats);
+    arguments.floats = static_cast<std::ptrdiff_t>(Net::trainable_floats);  // frozen layers' lie beyond
     arguments.tensors = parameter_table<Net>::tensors();
     arguments.iteration = training_.iterations + 1;
     int non_finite = 0;

@@ -148,7 +148,7 @@ class engine<Net, Policy, Strategy, cuda> {
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       r->optimizer = backend::cuda::make_device_optimizer(optimizer, parameter_table<Net>::tensors(),
-                                                          Net::parameter_floats, initial_state_);
+                                                          Net::trainable_floats, initial_state_);
       *r->state_mirror() = initial_state_;
       r->forget_program();
       replication_.forget();
@@ -235,11 +235,11 @@ class engine<Net, Policy, Strategy, cuda> {
   // Replica 0's gradients of the last step, copied from its device.
   std::span<const float> gradients() const {
     const auto& r = *replicas_[0];
-    gradients_host_.assign(Net::parameter_floats, 0.f);
+    gradients_host_.assign(Net::trainable_floats, 0.f);
     if (r.arena.size()) {
       backend::cuda::device_guard on(r.device);
       TYPEFLOW_CUDA_CHECK(cudaMemcpy(gradients_host_.data(), r.arena.data() + plan0::gradients_offset,
-                                     plan0::parameter_bytes, cudaMemcpyDeviceToHost));
+                                     plan0::trainable_bytes, cudaMemcpyDeviceToHost));
     }
     return gradients_host_;
   }
@@ -277,22 +277,22 @@ class engine<Net, Policy, Strategy, cuda> {
   // Slot s's region on the host (valid until the next call for s).
   std::span<const float> slot_values(int s) const {
     auto& host = slots_host_.at(static_cast<std::size_t>(s));
-    host.assign(Net::parameter_floats, 0.f);
+    host.assign(Net::trainable_floats, 0.f);
     const auto& r = *replicas_[0];
     if (!pending_slots_.empty() && !pending_slots_[static_cast<std::size_t>(s)].empty()) {
       host = pending_slots_[static_cast<std::size_t>(s)];
     } else if (r.arena.size()) {
       backend::cuda::device_guard on(r.device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), r.arena.data() + plan0::slot_offset(s), plan0::parameter_bytes,
+      TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), r.arena.data() + plan0::slot_offset(s), plan0::trainable_bytes,
                                      cudaMemcpyDeviceToHost));
     }
     return host;
   }
   // Replaces slot s on every replica (now, or when its arena is laid out).
   void set_slot_values(int s, std::span<const float> values) {
-    if (values.size() != Net::parameter_floats)
+    if (values.size() != Net::trainable_floats)
       throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) +
-                                  " floats for a slot of " + std::to_string(Net::parameter_floats));
+                                  " floats for a slot of " + std::to_string(Net::trainable_floats));
     pending_slots_.resize(static_cast<std::size_t>(training_.slots));
     pending_slots_.at(static_cast<std::size_t>(s)).assign(values.begin(), values.end());
     download_weights();
@@ -319,7 +319,7 @@ class engine<Net, Policy, Strategy, cuda> {
 
   // Where the step region starts: after the parameters, gradients and slots.
   std::size_t step_base() const {
-    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::parameter_bytes;
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::trainable_bytes;
   }
 
   struct staging_buffers {
@@ -641,7 +641,7 @@ class engine<Net, Policy, Strategy, cuda> {
         for (std::size_t k = 0; k < pending_slots_.size(); ++k)
           if (!pending_slots_[k].empty())
             TYPEFLOW_CUDA_CHECK(cudaMemcpy(r->arena.data() + plan0::slot_offset(static_cast<int>(k)),
-                                           pending_slots_[k].data(), plan0::parameter_bytes, cudaMemcpyHostToDevice));
+                                           pending_slots_[k].data(), plan0::trainable_bytes, cudaMemcpyHostToDevice));
       }
       pending_slots_.clear();
     }

@@ -282,10 +282,11 @@ class model {
     const auto region = engine_.parameters();
     std::vector<io::tensor_to_write> tensors;
     const std::int64_t floats = static_cast<std::int64_t>(Net::parameter_floats);
+    const std::int64_t trainable = static_cast<std::int64_t>(Net::trainable_floats);
     tensors.push_back({"parameters", "F32", {floats}, region.data(), region.size_bytes()});
     for (int s = 0; s < training_.slots; ++s) {
       const std::span<const float> slot = engine_.slot_values(s);
-      tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {floats}, slot.data(), slot.size_bytes()});
+      tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {trainable}, slot.data(), slot.size_bytes()});
     }
     const std::optional<fit_snapshot> fit = training_.snapshot();
     if (fit)
@@ -314,14 +315,14 @@ class model {
                                                            training_.optimizer->name(), training_.slots, &read.tensors);
     // Every tensor there and of the right size, before anything is copied.
     std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
-    for (int s = 0; s < training_.slots; ++s)
-      expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::parameter_floats)}});
+    for (int s = 0; s < training_.slots; ++s)  // the trainable part's (frozen layers have no slots)
+      expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
     for (const auto& t : read.tensors.tensors())  // the callbacks' (read_checkpoint_manifest checked their dtype)
       if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
     io::check_tensors_match(read.tensors, expected);
     const auto floats_of = [&](const std::string& name) {
       const auto bytes = read.tensors.data(name);
-      std::vector<float> values(Net::parameter_floats);
+      std::vector<float> values(bytes.size() / sizeof(float));  // checked above: the region's or a slot's size
       std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
       return values;
     };
@@ -355,9 +356,12 @@ class model {
     const parameter_info p = parameters::find(name);
     return stored(p, engine_.writable_parameters().data());
   }
-  // The gradient of the last training step for a parameter.
+  // The gradient of the last training step for a parameter (a frozen one has none).
   strided_view<const float> gradient(std::string_view name) const {
-    const auto view = stored(parameters::find(name), engine_.gradients().data());
+    const parameter_info p = parameters::find(name);
+    if (!p.trainable)
+      throw std::invalid_argument("gradient: " + p.name + " is frozen (inside frozen<...>): it has no gradient");
+    const auto view = stored(p, engine_.gradients().data());
     return {view.storage(), view.size(), view.row_length(), view.row_stride()};
   }
 

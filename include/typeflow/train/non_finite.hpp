@@ -52,7 +52,7 @@ non_finite_error non_finite_gradient(const float* gradients) {
   std::string name = "the parameter region's padding", where;
   bool found = false;
   parameter_table<Net>::for_each([&](const auto& p) {
-    if (found) return;
+    if (found || !p.trainable) return;  // a frozen parameter has no gradient
     const float* g = gradients + p.offset / sizeof(float);
     for (std::size_t i = 0; i < p.size && !found; ++i) {
       const std::size_t at = i / p.row_length * p.row_stride + i % p.row_length;

@@ -32,6 +32,7 @@ struct parameter_table {
     std::size_t row_length = 1, row_stride = 1;
     std::size_t stored_floats = 0;    // with the rows' padding
     param_kind kind = param_kind::kernel;
+    bool trainable = true;            // false inside frozen<...>: no gradient, no optimizer slot
   };
 
   // f(info) for every parameter, in arena order.
@@ -52,11 +53,14 @@ struct parameter_table {
     return *found;
   }
 
-  // Each tensor's place (in floats) and kind, as the optimizers take them.
+  // Each trainable tensor's place (in floats) and kind, as the optimizers
+  // take them: all of them lie in the first trainable_floats of the region.
   static const std::vector<optimizers::parameter_tensor>& tensors() {
     static const std::vector<optimizers::parameter_tensor> table = [] {
       std::vector<optimizers::parameter_tensor> t;
-      for_each([&](const info& p) { t.push_back({p.offset / sizeof(float), p.stored_floats, p.kind}); });
+      for_each([&](const info& p) {
+        if (p.trainable) t.push_back({p.offset / sizeof(float), p.stored_floats, p.kind});
+      });
       return t;
     }();
     return table;
@@ -77,7 +81,7 @@ struct parameter_table {
                    std::vector<std::int64_t>(shape_type::dims.begin(), shape_type::dims.end()),
                    memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
                    param_type::size, param_type::row_length, param_type::row_stride, param_type::stored_floats,
-                   param_type::kind});
+                   param_type::kind, Net::trainable[I]});
           }(),
           ...);
     }(std::make_index_sequence<params::count>{});
