@@ -254,7 +254,7 @@ TEST_CASE("checkpoint written mid-epoch: load_checkpoint then fit finishes that 
 
   tf::model<net> first{4};
   compile_adam(first);
-  tf::callbacks::lambda_callback save_at_9({.on_train_batch_end = [&](std::int64_t step, const tf::logs&) {
+  tf::callbacks::lambda_callback save_at_9({.on_train_batch_end = [&](std::int64_t, const tf::logs&) {
     if (first.iterations() == 9) first.save_checkpoint(dir.path);
   }});
   first.fit(dataset(), {.epochs = 2, .callbacks = {&save_at_9}, .verbose = 0});
