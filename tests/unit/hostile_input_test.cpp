@@ -210,6 +210,22 @@ TEST_CASE("an encoder.json token whose id is nested a million arrays deep is ref
   CHECK(contains(outcome, "the token \"a\" has the value a JSON array, not an integer id"));
 }
 
+TEST_CASE("a number beyond a double in encoder.json or a safetensors header is refused as invalid JSON, naming the file") {
+  // nlohmann throws out_of_range, not parse_error, for these; the fuzzer found it escaping the loader.
+  tf_testing::temp_dir dir("typeflow_hostile_test_huge_number");
+  write_bytes(dir.path / "encoder.json", "55e1910\"");
+  write_bytes(dir.path / "vocab.bpe", "#version: 0.2\n");
+  const std::string encoder = message_of<std::runtime_error>([&] { (void)typeflow::text::gpt2_tokenizer::load(dir.path); });
+  CHECK(contains(encoder, "gpt2_tokenizer::load: " + (dir.path / "encoder.json").string() + ": is not valid JSON"));
+  CHECK(contains(encoder, "number overflow"));
+
+  const fs::path path = dir.path / "huge.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"w":1e999})"));
+  const std::string header = message_of<std::runtime_error>([&] { (void)io::safetensors_file::read(path); });
+  CHECK(contains(header, "malformed safetensors file \"" + path.string() + "\": the header (file bytes [8, 19)) is not valid JSON"));
+  CHECK(contains(header, "number overflow"));
+}
+
 // ---- Hostile sizes: a 256-byte file never asks for more than it holds ------------------------------------
 
 TEST_CASE("a 256-byte safetensors file whose shape needs 2^63 bytes, or more than 64 bits count, is refused without allocating") {

@@ -470,6 +470,9 @@ class safetensors_file {
       const std::uint64_t at = 8 + std::min<std::uint64_t>(e.byte > 0 ? e.byte - 1 : 0, header_length);
       throw malformed("the " + where + " is not valid JSON; the parser stopped near file byte offset " +
                       std::to_string(at) + ": " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      // out_of_range: a number beyond a double (1e999), which has no offset
+      throw malformed("the " + where + " is not valid JSON: " + e.what());
     }
     if (duplicate_key)
       throw malformed("the " + where + " has the key " + detail::quoted(*duplicate_key) +

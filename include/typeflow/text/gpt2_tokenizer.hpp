@@ -375,7 +375,8 @@ class gpt2_tokenizer {
     nlohmann::json document;
     try {
       document = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+      // parse_error, and out_of_range for a number beyond a double (1e999)
       file_error(path, std::string("is not valid JSON: ") + e.what());
     }
     if (!document.is_object() || document.empty())
