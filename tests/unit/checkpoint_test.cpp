@@ -22,6 +22,7 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/numbered_batch.hpp"
 #include "../support/test_support.hpp"
 
 namespace tf = typeflow;
@@ -47,16 +48,7 @@ auto dataset() {
          tf::data::batch<32>;
 }
 
-using features = tf::data::tensor_value<float, tf::shape<12>>;
-using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
-tf::data::batch_of<32, features, label> batch_number(int index) {
-  tf::data::batch_of<32, features, label> b;
-  const tf::random_stream rng{91, static_cast<std::uint64_t>(index)};
-  for (std::size_t i = 0; i < b.features.size(); ++i) b.features[i] = 2.f * rng.uniform(i) - 1.f;
-  for (int i = 0; i < 32; ++i) b.labels[i] = (i * 5 + index) % 4;
-  b.valid = 32;
-  return b;
-}
+auto batch_number(int index) { return tf_testing::numbered_batch<32, 12, 4>(index); }
 
 template <class Model>
 void compile_adam(Model& m) {
