@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <string_view>
 #include <system_error>
 
+#include <signal.h>
 #include <unistd.h>
 
 namespace typeflow::fuzz {
@@ -43,13 +45,25 @@ inline bool same_bytes(const void* a, const void* b, std::size_t n) { return n =
 
 // A directory of this process's own, under /dev/shm when it is there (no
 // disk I/O per input), removed at exit. Files are rewritten for every input.
+// libFuzzer leaves some runs with _Exit, which skips atexit, so each run
+// first removes the directories of earlier runs whose process is gone.
 inline const std::filesystem::path& scratch_dir() {
   static const std::filesystem::path dir = [] {
     std::error_code ec;
     std::filesystem::path base = std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
                                      ? std::filesystem::path("/dev/shm")
                                      : std::filesystem::temp_directory_path();
-    std::filesystem::path made = base / ("typeflow_fuzz_" + std::to_string(::getpid()));
+    const std::string prefix = "typeflow_fuzz_";
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+    std::filesystem::path made = base / (prefix + std::to_string(::getpid()));
     std::filesystem::remove_all(made, ec);
     std::filesystem::create_directories(made, ec);
     if (ec) fail("cannot create the scratch directory " + made.string() + ": " + ec.message());
