@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -192,4 +193,24 @@ TEST_CASE("frozen: checkpoints hold the smaller slots and resume bit for bit; mi
   for (int i = 0; i < 3; ++i) replicated.train_on_batch(batch_number(i));
   const auto r0 = replicated.replica_parameter_region(0), r1 = replicated.replica_parameter_region(1);
   CHECK(std::memcmp(r0.data(), r1.data(), r0.size_bytes()) == 0);
+}
+
+TEST_CASE("frozen: summary counts a frozen layer's parameters as non-trainable, per layer and in total") {
+  char buffer[4096] = {};
+  std::FILE* out = fmemopen(buffer, sizeof buffer - 1, "w");
+  REQUIRE(out != nullptr);
+  tf::model<frozen_bottom> model;
+  model.summary(out);
+  std::fclose(out);
+  const std::string text = buffer;
+  const auto line = [&](const std::string& start) {
+    const auto at = text.find(start);
+    REQUIRE(at != std::string::npos);
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  // layers.1 holds 12 * 32 + 32 = 416 parameters, none trained; layers.2 16 * 32 + 16 = 528, all.
+  CHECK(line("layers.1 (frozen<dense<32>, relu>)").find("416          0 ") != std::string::npos);
+  CHECK(line("layers.2 (dense<16>)").find("528          528 ") != std::string::npos);
+  CHECK(text.find("Trainable params: 596") != std::string::npos);
+  CHECK(text.find("Non-trainable params: 416") != std::string::npos);
 }

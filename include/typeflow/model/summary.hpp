@@ -2,9 +2,9 @@
 //
 //   Model: "sequential"
 //   _________________________________________________________________
-//    Layer (type)                Output Shape          Dtype      Param #      Output bytes
-//   ========================================================================================
-//    layers.1 (dense<512>)       (None, 512)           bfloat16   401,920      1.00 KB
+//    Layer (type)                Output Shape          Dtype      Param #      Trainable    Output bytes
+//   =====================================================================================================
+//    layers.1 (dense<512>)       (None, 512)           bfloat16   401,920      401,920      1.00 KB
 //   ...
 #pragma once
 
@@ -52,10 +52,10 @@ std::string batched_shape() {
 // input's buffer (flatten, a relu fused into its dense).
 template <class Net>
 void print_summary(std::FILE* out) {
-  const std::string rule(88, '_'), double_rule(88, '=');
-  std::fprintf(out, "Model: \"sequential\"  (policy: %s)\n%s\n %-27s %-21s %-10s %-12s %s\n%s\n",
+  const std::string rule(101, '_'), double_rule(101, '=');
+  std::fprintf(out, "Model: \"sequential\"  (policy: %s)\n%s\n %-27s %-21s %-10s %-12s %-12s %s\n%s\n",
                policy_name<typename Net::policy>().c_str(), rule.c_str(), "Layer (type)", "Output Shape", "Dtype",
-               "Param #", "Output bytes", double_rule.c_str());
+               "Param #", "Trainable", "Output bytes", double_rule.c_str());
   std::size_t activation_bytes = 0;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
@@ -66,11 +66,13 @@ void print_summary(std::FILE* out) {
           const bool shared = I > 0 && Net::output_aliases_input[I];
           const std::size_t bytes = layer::output_shape::size * Net::output_element_bytes[I];
           if (!shared) activation_bytes += bytes;
-          std::fprintf(out, " %-27s %-21s %-10s %-12s %s\n", name.c_str(),
+          // Trained: all but statistics, and nothing of a frozen<...> layer.
+          const std::size_t trained = Net::trainable[I] ? layer::params::trainable_count : 0;
+          std::fprintf(out, " %-27s %-21s %-10s %-12s %-12s %s\n", name.c_str(),
                        detail::batched_shape<typename layer::output_shape>().c_str(),
                        std::string(I == 0 ? Net::input_dtype::name : layer::compute_dtype::name).c_str(),
                        detail::with_thousands(layer::params::parameter_count).c_str(),
-                       shared ? "shared" : detail::human_bytes(bytes).c_str());
+                       detail::with_thousands(trained).c_str(), shared ? "shared" : detail::human_bytes(bytes).c_str());
         }(),
         ...);
   }(std::make_index_sequence<Net::layer_count>{});
