@@ -232,6 +232,46 @@ TEST_CASE("checkpoint: keeps the newest K, reads the newest, and names what is m
                        std::invalid_argument);
 }
 
+TEST_CASE("checkpoint: a manifest field of the wrong JSON type or range is refused by name, not converted") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_fields");
+  tf::model<net> m{1};
+  compile_adam(m);
+  m.train_on_batch(batch_number(0));
+  const fs::path written = m.save_checkpoint(dir.path);
+  std::ifstream in(written / "manifest.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  // Each case: where in the manifest, the bad value, and what the message must say (fuzz_checkpoint found these).
+  struct bad_field {
+    std::vector<std::string> path;
+    nlohmann::json value;
+    std::string message;
+  };
+  const std::vector<bad_field> cases{
+      {{"format"}, 7, "is not a typeflow checkpoint manifest"},
+      {{"format_version"}, "2", "has format version \"2\""},
+      {{"format_version"}, 1e300, "has format version 1e+300"},
+      {{"optimizer", "slots"}, 1e300, "\"slots\" is not a whole number"},
+      {{"training", "epochs_begun"}, -1.5e300, "\"epochs_begun\" is not a whole number"},
+      {{"training", "epochs_begun"}, -1, "\"epochs_begun\" is negative"},
+      {{"training", "batch_size"}, 2.5, "\"batch_size\" is not a whole number"},
+      {{"optimizer", "pending_micro_batches"}, 5000000000LL, "\"pending_micro_batches\" is out of range"},
+      {{"loss_scale", "scale"}, 1e300, "\"scale\" is out of a float's range"},
+      {{"optimizer", "learning_rate"}, -0.5, "negative learning rate"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json bad = good;
+    nlohmann::json* at = &bad;
+    for (const auto& key : c.path) at = &(*at)[key];
+    *at = c.value;
+    std::ofstream(written / "manifest.json", std::ios::trunc) << bad.dump();
+    INFO(c.path.back() << " = " << c.value.dump());
+    CHECK_THROWS_WITH_AS(m.load_checkpoint(dir.path), doctest::Contains(c.message.c_str()), std::runtime_error);
+  }
+  std::ofstream(written / "manifest.json", std::ios::trunc) << good.dump();
+  m.load_checkpoint(dir.path);  // the untouched manifest still loads
+  CHECK(m.iterations() == 1);
+}
+
 TEST_CASE("checkpoint: a writer killed at random moments always leaves the last complete checkpoint loadable") {
   tf_testing::temp_dir dir("typeflow_checkpoint_test_kills");
   // The child writes checkpoints numbered 1, 2, ... whose every float is the

@@ -208,12 +208,19 @@ inline checkpoint_read read_checkpoint(const std::filesystem::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\" is not valid JSON: " + e.what());
   }
-  if (!manifest.is_object() || manifest.value("format", std::string()) != "typeflow-checkpoint")
+  // Each field's JSON type is looked at before it is converted.
+  const auto format = manifest.is_object() ? manifest.find("format") : manifest.end();
+  if (!manifest.is_object() || format == manifest.end() || !format->is_string() || *format != "typeflow-checkpoint")
     throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\" is not a typeflow checkpoint manifest");
-  const int version = manifest.value("format_version", 0);
+  const auto stated = manifest.find("format_version");
+  const bool known = stated != manifest.end() && stated->is_number_integer() &&
+                     (stated->is_number_unsigned() ? stated->get<std::uint64_t>() <= static_cast<std::uint64_t>(checkpoint_format_version)
+                                                   : stated->get<std::int64_t>() >= 0);
+  const std::int64_t version = known ? stated->get<std::int64_t>() : -1;
   if (version < oldest_checkpoint_format_version || version > checkpoint_format_version)
     throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\" has format version " +
-                             std::to_string(version) + "; this typeflow reads versions " +
+                             (stated == manifest.end() ? std::string("(none)") : stated->dump()) +
+                             "; this typeflow reads versions " +
                              std::to_string(oldest_checkpoint_format_version) + " to " +
                              std::to_string(checkpoint_format_version));
   return {where, std::move(manifest), safetensors_file::read(where / "state.safetensors")};

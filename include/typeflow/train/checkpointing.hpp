@@ -39,6 +39,8 @@
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/precision/loss_scale.hpp"
+#include "typeflow/io/checkpoint.hpp"
+#include "typeflow/io/json_fields.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
@@ -147,31 +149,35 @@ inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, con
     differs("network", model.at("network").get<std::string>(), id.network);
     differs("policy", model.at("policy").get<std::string>(), id.policy);
     differs("strategy", model.at("strategy").get<std::string>(), id.strategy);
-    differs("parameter region size (floats)", std::to_string(model.at("parameter_floats").get<std::size_t>()),
+    differs("parameter region size (floats)", std::to_string(io::whole_number<std::size_t>(model, "parameter_floats")),
             std::to_string(id.parameter_floats));
     const auto& o = m.at("optimizer");
     differs("optimizer", o.at("name").get<std::string>(), std::string(optimizer));
-    differs("optimizer slot count", std::to_string(o.at("slots").get<int>()), std::to_string(slots));
+    differs("optimizer slot count", std::to_string(io::whole_number<int>(o, "slots")), std::to_string(slots));
     checkpoint_counters c;
     c.optimizer = o.at("name").get<std::string>();
-    c.slots = o.at("slots").get<int>();
-    c.iterations = o.at("iterations").get<std::int64_t>();
-    c.pending_micro_batches = o.at("pending_micro_batches").get<int>();
+    c.slots = io::whole_number<int>(o, "slots");
+    c.iterations = io::whole_number<std::int64_t>(o, "iterations");
+    c.pending_micro_batches = io::whole_number<int>(o, "pending_micro_batches");
     const auto& t = m.at("training");
-    c.epochs_begun = t.at("epochs_begun").get<std::uint64_t>();
-    c.batch_size = t.at("batch_size").get<int>();
-    c.engine.seed = t.at("seed").get<std::uint64_t>();
-    c.engine.dropout_step = t.at("dropout_step").get<std::uint64_t>();
+    c.epochs_begun = io::whole_number<std::uint64_t>(t, "epochs_begun");
+    c.batch_size = io::whole_number<int>(t, "batch_size");
+    c.engine.seed = io::whole_number<std::uint64_t>(t, "seed");
+    c.engine.dropout_step = io::whole_number<std::uint64_t>(t, "dropout_step");
     const auto& ls = m.at("loss_scale");
-    c.engine.loss_scale.loss_scale = ls.at("scale").get<float>();
-    c.engine.loss_scale.skipped = ls.at("skipped").get<std::int64_t>();
-    c.engine.loss_scale.skip_non_finite = ls.at("skip_non_finite").get<std::int32_t>();
-    c.engine.loss_scale.dynamic = ls.at("dynamic").get<std::int32_t>();
-    c.engine.loss_scale.growth_steps = ls.at("growth_steps").get<std::int32_t>();
-    c.engine.loss_scale.finite_steps = ls.at("finite_steps").get<std::int32_t>();
+    c.engine.loss_scale.loss_scale = io::finite_float(ls, "scale");
+    c.engine.loss_scale.skipped = io::whole_number<std::int64_t>(ls, "skipped");
+    c.engine.loss_scale.skip_non_finite = io::whole_number<std::int32_t>(ls, "skip_non_finite");
+    c.engine.loss_scale.dynamic = io::whole_number<std::int32_t>(ls, "dynamic");
+    c.engine.loss_scale.growth_steps = io::whole_number<std::int32_t>(ls, "growth_steps");
+    c.engine.loss_scale.finite_steps = io::whole_number<std::int32_t>(ls, "finite_steps");
     if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0)
       throw fail("has a negative counter in manifest.json");
-    if (o.contains("learning_rate")) c.learning_rate = o.at("learning_rate").get<double>();
+    if (o.contains("learning_rate")) {
+      const double rate = o.at("learning_rate").get<double>();
+      if (!(rate >= 0.0)) throw fail("has a negative learning rate in manifest.json");
+      c.learning_rate = rate;
+    }
     if (o.contains("ema_in_weights")) c.ema_in_weights = o.at("ema_in_weights").get<bool>();
     if (m.contains("fit")) {
       try {
@@ -193,6 +199,8 @@ inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, con
   } catch (const nlohmann::json::exception& e) {
     throw fail("has a manifest.json without a field this version needs, or with one of another type: " +
                std::string(e.what()));
+  } catch (const std::invalid_argument& e) {  // io::whole_number, io::finite_float
+    throw fail("has a manifest.json whose " + std::string(e.what()));
   }
 }
 

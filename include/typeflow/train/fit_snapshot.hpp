@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "typeflow/io/json_fields.hpp"
 #include "typeflow/train/callback.hpp"
 
 namespace typeflow {
@@ -82,9 +83,9 @@ inline nlohmann::ordered_json fit_snapshot_json(const fit_snapshot& s) {
 inline fit_snapshot fit_snapshot_from_json(const nlohmann::json& j,
                                            const std::function<std::vector<float>(const std::string&)>& tensor) {
   fit_snapshot s;
-  s.epoch = j.at("epoch").get<int>();
-  s.step = j.at("step").get<std::int64_t>();
-  s.epoch_key = j.at("epoch_key").get<std::uint64_t>();
+  s.epoch = io::whole_number<int>(j, "epoch");
+  s.step = io::whole_number<std::int64_t>(j, "step");
+  s.epoch_key = io::whole_number<std::uint64_t>(j, "epoch_key");
   if (s.epoch < 0 || s.step < 0) throw std::invalid_argument("a negative epoch or step in \"fit\"");
   for (const auto& [name, values] : j.at("history").items()) s.history[name] = detail::numbers_from_json(values);
   for (const auto& [name, values] : j.at("means").items()) s.means[name] = detail::numbers_from_json(values);
