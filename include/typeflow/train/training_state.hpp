@@ -208,6 +208,7 @@ class training_state {
     std::int64_t step = 0;                  // its batches trained
     const history* so_far = nullptr;        // the epochs completed
     std::span<callback* const> callbacks;   // the user's, in fit's order
+    const logs* epoch_end_logs = nullptr;   // during on_epoch_end: the epoch's logs, not yet in so_far
   };
   // The snapshot of the fit in progress, or nothing between fits.
   std::optional<fit_snapshot> snapshot() const {
@@ -220,6 +221,8 @@ class training_state {
       s.means = means();
     }
     if (running_fit->so_far) s.history = running_fit->so_far->values;
+    if (running_fit->epoch_end_logs)  // the epoch that is ending, which History records last
+      for (const log_entry& e : *running_fit->epoch_end_logs) s.history[std::string(e.name)].push_back(e.value);
     for (std::size_t i = 0; i < running_fit->callbacks.size(); ++i) {
       const callback* c = running_fit->callbacks[i];
       callback_state state;
@@ -286,10 +289,13 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   if (!chief) options.verbose = 0;  // one progress bar per job, the chief's
   if (options.verbose == 1) bar = std::make_unique<progress_bar>(stdout);
   if (options.verbose == 2) bar = std::make_unique<progress_bar>(stdout, progress_bar::display::lines);
-  // The recorder first, so that a checkpoint written in on_epoch_end holds that epoch.
-  std::vector<callback*> callbacks{&recorder};
+  // The recorder last, as Keras's History: the epoch it records allocates
+  // after every other callback has run (a checkpoint written in on_epoch_end
+  // adds that epoch's logs itself: fit_in_progress::epoch_end_logs).
+  std::vector<callback*> callbacks;
   if (bar) callbacks.push_back(bar.get());
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
+  callbacks.push_back(&recorder);
   callbacks::terminate_on_nan* terminator = nullptr;  // with one, a non-finite step ends the run cleanly
   for (auto* c : options.callbacks)
     if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
@@ -297,7 +303,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   std::int64_t trained_steps = 0;  // by this fit
   for (auto* c : callbacks) c->set_model(&access);
 
-  typename training_state<Net>::fit_in_progress position{options.initial_epoch, 0, &result, options.callbacks};
+  typename training_state<Net>::fit_in_progress position{options.initial_epoch, 0, &result, options.callbacks, nullptr};
   state.running_fit = &position;
   struct clear_on_exit {
     training_state<Net>& state;
@@ -412,7 +418,9 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     }
     position.epoch = epoch + 1;  // a checkpoint written from here on continues at the next epoch
     position.step = 0;
+    position.epoch_end_logs = &epoch_logs;
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
+    position.epoch_end_logs = nullptr;
     if (terminated || access.stop_requested()) break;
   }
   if (trained_steps > 0) access.finalize_variable_values();
