@@ -143,7 +143,7 @@ int thread_count() {
 
 // ---- A full disk -------------------------------------------------------------------------------------------
 
-TEST_CASE("save_weights on a full disk fails naming the file and EFBIG; the previous file stays whole, no temporary left") {
+TEST_CASE("save_weights on a full disk fails naming the file and EFBIG, the previous file stays whole, no temporary left") {
   tf_testing::temp_dir dir("typeflow_fault_weights_full");
   const fs::path path = dir.path / "model.safetensors";
   tf::model<net> before{/*seed=*/1}, after{/*seed=*/2};
@@ -166,7 +166,7 @@ TEST_CASE("save_weights on a full disk fails naming the file and EFBIG; the prev
   CHECK(weights_of(loaded) == weights_of(before));
 }
 
-TEST_CASE("save_checkpoint on a full disk fails naming the checkpoint and EFBIG; the previous checkpoint still loads") {
+TEST_CASE("save_checkpoint on a full disk fails naming the checkpoint and EFBIG, the previous checkpoint still loads") {
   tf_testing::temp_dir dir("typeflow_fault_checkpoint_full");
   tf::model<net> m{/*seed=*/1};
   compile_adam(m);
@@ -192,7 +192,7 @@ TEST_CASE("save_checkpoint on a full disk fails naming the checkpoint and EFBIG;
 
 // ---- A read-only directory ----------------------------------------------------------------------------------
 
-TEST_CASE("save_weights into a read-only directory fails naming the file and EACCES; the previous file stays") {
+TEST_CASE("save_weights into a read-only directory fails naming the file and EACCES, the previous file stays") {
   tf_testing::temp_dir dir("typeflow_fault_weights_readonly");
   const fs::path path = dir.path / "model.safetensors";
   tf::model<net> before{/*seed=*/1}, after{/*seed=*/2};
@@ -210,7 +210,7 @@ TEST_CASE("save_weights into a read-only directory fails naming the file and EAC
   CHECK(weights_of(loaded) == weights_of(before));
 }
 
-TEST_CASE("save_checkpoint into a read-only directory fails naming it and EACCES; the previous checkpoint still loads") {
+TEST_CASE("save_checkpoint into a read-only directory fails naming it and EACCES, the previous checkpoint still loads") {
   tf_testing::temp_dir dir("typeflow_fault_checkpoint_readonly");
   tf::model<net> m{/*seed=*/1};
   compile_adam(m);

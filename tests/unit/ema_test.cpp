@@ -116,7 +116,7 @@ TEST_CASE("use_ema: ema_overwrite_frequency puts the average into the weights ev
   CHECK(!same_bits(m.parameter_region(), after_three));
 }
 
-TEST_CASE("use_ema: fit ends with the average in the weights; swap_ema_weights validates with it") {
+TEST_CASE("use_ema: fit ends with the average in the weights, swap_ema_weights validates with it") {
   const auto validation = dataset(23);
   tf::model<net> fitted{7}, stepped{7};
   compile(fitted, true);
@@ -151,7 +151,7 @@ TEST_CASE("use_ema: fit ends with the average in the weights; swap_ema_weights v
   CHECK(!epochs.ema_weights_in_model());  // fit's end leaves the average in the weights, no swap pending
 }
 
-TEST_CASE("use_ema: a backup keeps the average; the continued fit ends bit for bit as an uninterrupted one") {
+TEST_CASE("use_ema: a backup keeps the average, the continued fit ends bit for bit as an uninterrupted one") {
   tf_testing::temp_dir dir("typeflow_ema_test_backup");
   tf::model<net> whole{9};
   compile(whole, true);

@@ -85,7 +85,7 @@ TEST_CASE("frozen: the memory plan has no gradient and no optimizer slot for fro
   static_assert(!gpt_lower_half_frozen::needs_input_gradient[2]);
 }
 
-TEST_CASE("frozen at the bottom: frozen weights stay bit for bit; the rest trains as the unfrozen model's") {
+TEST_CASE("frozen at the bottom: frozen weights stay bit for bit, the rest trains as the unfrozen model's") {
   tf::model<frozen_bottom> frozen{3};
   tf::model<plain> unfrozen{3};
   copy_weights(frozen, unfrozen,
@@ -171,7 +171,7 @@ TEST_CASE("frozen: batch_norm inside runs in inference mode and keeps its statis
   CHECK(twin.train_on_batch(b) == doctest::Approx(evaluated).epsilon(1e-6));
 }
 
-TEST_CASE("frozen: checkpoints hold the smaller slots and resume bit for bit; mirrored<2> keeps replicas equal") {
+TEST_CASE("frozen: checkpoints hold the smaller slots and resume bit for bit, mirrored<2> keeps replicas equal") {
   tf_testing::temp_dir dir("typeflow_frozen_test_checkpoint");
   tf::model<frozen_middle> whole{8}, first{8}, resumed{9};
   compile(whole);

@@ -56,7 +56,7 @@ TEST_CASE("a sequential knows its shapes, parameter count and FLOPs at compile t
   CHECK(mlp::layer_type_name<4>() == "dropout<0.1>");
 }
 
-TEST_CASE("relu after dense is fused into the matmul; after a reshape it is not") {
+TEST_CASE("relu after dense is fused into the matmul, after a reshape it is not") {
   static_assert(mlp::layer<2>::fused == tf::epilogue::relu);
   static_assert(mlp::layer<3>::fused && mlp::layer<3>::output_aliases_input);
   using unfused = tf::sequential<tf::input<4>, tf::dense<4>, tf::reshape<2, 2>, tf::relu>;

@@ -420,7 +420,7 @@ TEST_CASE("a negative learning rate and a momentum of 1 or more are refused by n
 // With zero gradients and zero state every rule leaves a weight alone, so what
 // moves is the decay: w *= 1 - lr * weight_decay, where the scope allows.
 
-TEST_CASE("adamw and lion decay kernels but not biases by default; decay_scope::all decays both") {
+TEST_CASE("adamw and lion decay kernels but not biases by default, decay_scope::all decays both") {
   const float lr = 0.5f, wd = 0.1f;  // factor 0.95
   SUBCASE("adamw, default scope") {
     two_tensors t;

@@ -142,7 +142,7 @@ TEST_CASE("lines display counts the steps seen when the epoch's size is unknown"
   CHECK(out.text() == "Epoch 1/1 - 123/123 - 4s 33ms/step - loss: 0.5000\n");
 }
 
-TEST_CASE("durations print as seconds, then minutes and seconds; step times in s, ms or us") {
+TEST_CASE("durations print as seconds, then minutes and seconds, step times in s, ms or us") {
   captured_output out;
   clocked_progress_bar bar(out.file(), progress_bar::display::lines);
   const logs loss = make_logs({{"loss", 1.0}});

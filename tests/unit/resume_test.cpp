@@ -413,7 +413,7 @@ TEST_CASE("reduce_lr_on_plateau follows Keras's ReduceLROnPlateau on a scripted 
                        std::invalid_argument);
 }
 
-TEST_CASE("learning_rate_scheduler sets each epoch's rate; a schedule compiled in is refused, as in Keras") {
+TEST_CASE("learning_rate_scheduler sets each epoch's rate, a schedule compiled in is refused, as in Keras") {
   tf::model<net> m{1};
   compile_adam(m, 0.01);
   std::vector<double> seen;

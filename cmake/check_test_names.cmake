@@ -1,0 +1,25 @@
+# Fails when a doctest case's name holds a ';': doctest_discover_tests turns
+# the name into a CMake list, so such a case becomes two ctest tests whose
+# filters match no case, and both "pass" having run nothing.
+#   cmake -D BINARIES="a;b" -P check_test_names.cmake   (BINARIES joined by '|')
+string(REPLACE "|" ";" binaries "${BINARIES}")
+set(bad "")
+foreach(binary IN LISTS binaries)
+  execute_process(COMMAND "${binary}" --list-test-cases OUTPUT_VARIABLE listed RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${binary} --list-test-cases failed (${result})")
+  endif()
+  string(REPLACE ";" "<semicolon>" listed "${listed}")
+  string(REPLACE "\n" ";" lines "${listed}")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "<semicolon>")
+      string(REPLACE "<semicolon>" ";" line "${line}")
+      string(APPEND bad "\n  ${binary}: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(NOT bad STREQUAL "")
+  message(FATAL_ERROR "test case names with ';', which ctest splits into tests that run nothing "
+                      "(write ',' or 'and' instead):${bad}")
+endif()
+message(STATUS "no test case name holds a ';'")
