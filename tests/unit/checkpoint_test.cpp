@@ -22,7 +22,7 @@
 
 #include <typeflow/typeflow.hpp>
 
-#include "../support/numbered_batch.hpp"
+#include "../support/resume_fixture.hpp"
 #include "../support/test_support.hpp"
 
 namespace tf = typeflow;
@@ -31,22 +31,12 @@ namespace tf_testing = typeflow::testing;
 
 namespace {
 
-using net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dropout<0.25f>, tf::dense<16>, tf::tanh,
-                           tf::dense<4>>;
+using net = tf_testing::dropout_classifier;
 using other_net = tf::sequential<tf::input<12>, tf::dense<33>, tf::relu, tf::dropout<0.25f>, tf::dense<16>, tf::tanh,
                                  tf::dense<4>>;
 using mixed_net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dense<4, tf::float32>>;
-constexpr int samples = 192;
 
-auto dataset() {
-  std::vector<float> x(samples * 12);
-  std::vector<std::int32_t> y(samples);
-  const tf::random_stream rng{17, 3};
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 2.f * rng.uniform(i) - 1.f;
-  for (int i = 0; i < samples; ++i) y[i] = (x[i * 12] + x[i * 12 + 5] > 0.f ? 1 : 0) + (x[i * 12 + 2] > 0.3f ? 2 : 0);
-  return tf::data::from_tensor_slices<tf::shape<12>>(std::move(x), std::move(y)) | tf::data::shuffle(samples, 9) |
-         tf::data::batch<32>;
-}
+auto dataset() { return tf_testing::classifier_data(); }
 
 auto batch_number(int index) { return tf_testing::numbered_batch<32, 12, 4>(index); }
 

@@ -14,7 +14,7 @@
 
 #include <typeflow/typeflow.hpp>
 
-#include "../support/numbered_batch.hpp"
+#include "../support/resume_fixture.hpp"
 #include "../support/test_support.hpp"
 
 namespace tf = typeflow;
