@@ -288,16 +288,15 @@ class engine<Net, Policy, Strategy, cuda> {
     }
     return host;
   }
-  // Replaces slot s on every replica (now, or when its arena is laid out).
+  // Replaces slot s on every replica, when the next step lays its arena out.
   void set_slot_values(int s, std::span<const float> values) {
     if (values.size() != Net::trainable_floats)
       throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) +
                                   " floats for a slot of " + std::to_string(Net::trainable_floats));
     pending_slots_.resize(static_cast<std::size_t>(training_.slots));
     pending_slots_.at(static_cast<std::size_t>(s)).assign(values.begin(), values.end());
-    download_weights();
-    device_has_weights_ = false;  // the next step uploads the weights and the slots
-    upload_weights();
+    download_weights();           // the host copy is what the next upload sends
+    device_has_weights_ = false;  // the next step uploads the weights and every pending slot, once
   }
 
   // Loss scaling (mixed_float16 only), as on the CPU: dynamic by default
