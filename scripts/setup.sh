@@ -29,6 +29,9 @@ TYPEFLOW_JOBS="${TYPEFLOW_JOBS:-2}"
 
 # Debian packages the build and the tests need. ocl-icd-opencl-dev is only a
 # Recommends of libdnnl-dev, but oneDNN's CMake config requires OpenCL.
+# python3-protobuf parses typeflow's TensorBoard event files with Google's
+# protobuf library (tensorboard_test), and chromium loads the HTML report
+# headless (html_report_test); both tests skip with a message without them.
 TYPEFLOW_PACKAGES=(
   build-essential cmake ninja-build
   libboost-dev doctest-dev libbenchmark-dev
@@ -36,6 +39,7 @@ TYPEFLOW_PACKAGES=(
   zlib1g-dev libpcre2-dev dataset-fashion-mnist
   openmpi-bin libopenmpi-dev
   ca-certificates
+  python3-protobuf chromium
 )
 
 # What scripts/fuzz.sh adds: clang 14, libFuzzer and the sanitizer runtimes

@@ -11,4 +11,5 @@
 #include "typeflow/callbacks/model_checkpoint.hpp"
 #include "typeflow/callbacks/reduce_lr_on_plateau.hpp"
 #include "typeflow/callbacks/swap_ema_weights.hpp"
+#include "typeflow/callbacks/tensorboard.hpp"
 #include "typeflow/callbacks/terminate_on_nan.hpp"

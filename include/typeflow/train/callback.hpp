@@ -9,11 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace typeflow {
@@ -87,6 +89,15 @@ class model_access {
   // Keras's optimizer.finalize_variable_values: with use_ema, the weights
   // become the average. fit calls it before on_train_end.
   virtual void finalize_variable_values() = 0;
+  // What a report shows of the model (callbacks::tensorboard's histograms,
+  // callbacks::html_report): each parameter tensor's name and values, padding
+  // left out, in arena order; the summary table (summary.hpp) within
+  // line_length columns (0: no limit); and the run's settings as (name, value)
+  // rows: policy, strategy, device, optimizer, loss, metrics, batch size.
+  // A model_access of one's own may leave them empty.
+  virtual void for_each_parameter(const std::function<void(std::string_view, std::span<const float>)>&) const {}
+  virtual std::string summary_text(std::size_t /*line_length*/) const { return {}; }
+  virtual std::vector<std::pair<std::string, std::string>> settings() const { return {}; }
 };
 
 // What a callback keeps across an interruption: a checkpoint written during

@@ -134,8 +134,30 @@ class model {
   model(const model&) = delete;
   model& operator=(const model&) = delete;
 
-  // Keras's table: layer, output shape, parameter count, totals.
-  void summary(std::FILE* out = stdout) const { print_summary<Net>(out); }
+  // Keras's table: layer, output shape, parameter count, totals, nested
+  // blocks expanded; within line_length columns (0: the terminal's width).
+  void summary(std::FILE* out = stdout, std::size_t line_length = 0) const { print_summary<Net>(out, line_length); }
+  // The same table as text (0: no width limit), e.g. for a report.
+  static std::string summary_text(std::size_t line_length = 0) { return typeflow::summary_text<Net>(line_length); }
+  // What a report lists about this model and its training, as (name, value)
+  // rows: the network's compile-time facts, the policy, strategy and device,
+  // and what compile() and the last fit were given.
+  std::vector<std::pair<std::string, std::string>> settings() const {
+    std::vector<std::pair<std::string, std::string>> rows{
+        {"parameters", detail::with_thousands(Net::parameter_count)},
+        {"forward FLOPs per sample", detail::with_thousands(Net::flops_per_sample)},
+        {"policy", policy_name<policy_type>()},
+        {"strategy", strategy_name<Strategy>()},
+        {"device", std::string(Device::name)},
+        {"seed", std::to_string(seed_)}};
+    if (training_.optimizer) rows.emplace_back("optimizer", std::string(training_.optimizer->name()));
+    if (training_.loss) rows.emplace_back("loss", std::string(training_.loss->name()));
+    std::string metric_names;
+    for (const auto& metric : training_.metrics) metric_names += (metric_names.empty() ? "" : ", ") + std::string(metric->name());
+    if (!metric_names.empty()) rows.emplace_back("metrics", metric_names);
+    if (trained_batch_size_ > 0) rows.emplace_back("batch size", std::to_string(trained_batch_size_));
+    return rows;
+  }
 
   template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
   void compile(Optimizer optimizer, Loss loss, Metrics... metrics) {
@@ -482,6 +504,17 @@ class model {
     void swap_ema_weights() override { m.swap_ema_weights(); }
     bool ema_weights_in_model() const override { return m.ema_weights_in_model(); }
     void finalize_variable_values() override { m.finalize_variable_values(); }
+    void for_each_parameter(const std::function<void(std::string_view, std::span<const float>)>& f) const override {
+      const auto region = m.parameter_region();
+      std::vector<float> values;
+      parameters::for_each([&](const parameter_info& p) {
+        const auto view = stored(p, region.data());
+        values.assign(view.begin(), view.end());
+        f(p.name, values);
+      });
+    }
+    std::string summary_text(std::size_t line_length) const override { return model::summary_text(line_length); }
+    std::vector<std::pair<std::string, std::string>> settings() const override { return m.settings(); }
   };
 
   checkpoint_identity checkpoint_id() const {
