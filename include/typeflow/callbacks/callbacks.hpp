@@ -6,6 +6,7 @@
 #include "typeflow/callbacks/backup_and_restore.hpp"
 #include "typeflow/callbacks/csv_logger.hpp"
 #include "typeflow/callbacks/early_stopping.hpp"
+#include "typeflow/callbacks/html_report.hpp"
 #include "typeflow/callbacks/lambda_callback.hpp"
 #include "typeflow/callbacks/learning_rate_scheduler.hpp"
 #include "typeflow/callbacks/model_checkpoint.hpp"
