@@ -204,8 +204,8 @@ TEST_CASE("csv_logger: a header of the sorted names, a row per epoch, val_ colum
   std::getline(in, row1);
   std::getline(in, row2);
   CHECK(!std::getline(in, extra));
-  CHECK(header == "epoch,accuracy,input_wait_fraction,learning_rate,loss,val_accuracy,val_input_wait_fraction,"
-                  "val_learning_rate,val_loss");
+  CHECK(header == "epoch,accuracy,input_wait_fraction,learning_rate,loss,mfu,val_accuracy,val_input_wait_fraction,"
+                  "val_learning_rate,val_loss,val_mfu");
   CHECK(row1.rfind("0,", 0) == 0);
   CHECK(row2.rfind("1,", 0) == 0);
   CHECK(row2.substr(row2.size() - 3) == ",NA");  // no validation data
@@ -213,7 +213,7 @@ TEST_CASE("csv_logger: a header of the sorted names, a row per epoch, val_ colum
   std::vector<std::string> cells;
   std::stringstream cut(row2);
   for (std::string c; std::getline(cut, c, ',');) cells.push_back(c);
-  REQUIRE(cells.size() == 9);
+  REQUIRE(cells.size() == 11);
   CHECK(std::stod(cells[4]) == h["loss"][1]);
 
   tf::callbacks::csv_logger more(path, {.separator = ";", .append = true});

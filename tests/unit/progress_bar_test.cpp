@@ -119,7 +119,7 @@ TEST_CASE("lines display prints nothing per batch and exactly one line per epoch
   CHECK(out.text().empty());
   bar.on_epoch_end(info, epoch_logs);
   CHECK(out.text() ==
-        "Epoch 1/3 - 469/469 - 5s 11ms/step - loss: 0.1234 - accuracy: 0.9612 - val_loss: 0.0991 - "
+        "Epoch 1/3 - 469/469 - 5s 11ms/step - run ETA: 10s - loss: 0.1234 - accuracy: 0.9612 - val_loss: 0.0991 - "
         "val_accuracy: 0.9701\n");
 
   info.epoch = 1;
@@ -129,7 +129,26 @@ TEST_CASE("lines display prints nothing per batch and exactly one line per epoch
   const std::string text = out.text();
   CHECK(count(text, '\n') == 2);
   CHECK(count(text, '\r') == 0);
-  CHECK(text.find("\nEpoch 2/3 - 469/469 - 5s 11ms/step - loss: 0.1234") != std::string::npos);
+  CHECK(text.find("\nEpoch 2/3 - 469/469 - 5s 11ms/step - run ETA: 5s - loss: 0.1234") != std::string::npos);
+}
+
+TEST_CASE("the epoch's line gives the run's ETA from the epochs' mean time, and mfu as a percentage") {
+  captured_output out;
+  clocked_progress_bar bar(out.file(), progress_bar::display::lines);
+  bar.on_train_begin();
+  const logs mfu = make_logs({{"loss", 1.0}, {"mfu", 0.41234}});
+  for (int epoch = 0; epoch < 4; ++epoch) {  // 10 s, then 30 s, 20 s and 20 s
+    const epoch_info info{.epoch = epoch, .epochs = 4, .steps = 10};
+    bar.on_epoch_begin(info);
+    run_batches(bar, 10, epoch == 1 ? 3s : 1s * (epoch == 0 ? 1 : 2), mfu);
+    bar.on_epoch_end(info, mfu);
+  }
+  const std::string text = out.text();
+  INFO(text);
+  CHECK(text.find("Epoch 1/4 - 10/10 - 10s 1s/step - run ETA: 30s - loss: 1.0000 - mfu: 41.2%\n") != std::string::npos);
+  CHECK(text.find("Epoch 2/4 - 10/10 - 30s 3s/step - run ETA: 40s - ") != std::string::npos);  // 20 s a epoch, 2 left
+  CHECK(text.find("Epoch 3/4 - 10/10 - 20s 2s/step - run ETA: 20s - ") != std::string::npos);
+  CHECK(text.find("Epoch 4/4 - 10/10 - 20s 2s/step - loss") != std::string::npos);  // none left
 }
 
 TEST_CASE("lines display counts the steps seen when the epoch's size is unknown") {
@@ -219,8 +238,8 @@ TEST_CASE("bar display ends the epoch with elapsed time, time per step and valid
   const std::string text = out.text();
   CHECK(text.starts_with("Epoch 1/3\n\r  1/469 [...."));
   CHECK(text.ends_with(
-      "\r469/469 [==============================] - 5s 11ms/step - loss: 0.1234 - accuracy: 0.9612 - "
-      "val_loss: 0.0991 - val_accuracy: 0.9701\n"));
+      "\r469/469 [==============================] - 5s 11ms/step - run ETA: 10s - loss: 0.1234 - "
+      "accuracy: 0.9612 - val_loss: 0.0991 - val_accuracy: 0.9701\n"));
   CHECK(count(text, '\n') == 2);
 }
 

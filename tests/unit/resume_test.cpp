@@ -43,6 +43,7 @@ bool same_history(const tf::history& a, const tf::history& b) {
   for (auto* h : {&x, &y}) {
     h->erase("input_wait_fraction");
     h->erase("tokens_per_second");
+    h->erase("mfu");
   }
   return !x.empty() && x == y;
 }

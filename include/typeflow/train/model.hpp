@@ -55,6 +55,7 @@
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/history.hpp"
+#include "typeflow/train/peak_flops.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/progress_bar.hpp"
 #include "typeflow/train/training_state.hpp"
@@ -174,6 +175,8 @@ class model {
     training_.template check_labelled<batch_type>("fit");
     check_batch_size<batch_type::size>("fit");
     auto steps = engine_.template steps<batch_type>();
+    if constexpr (std::is_same_v<Device, cpu>)
+      if (options.peak_flops == 0) options.peak_flops = cpu_peak_flops();  // measured once per process
     access access_for_callbacks{*this};
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), access_for_callbacks);
   }

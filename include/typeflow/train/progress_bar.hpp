@@ -7,7 +7,11 @@
 //
 //     Epoch 1/3
 //     123/469 [======>.......................] - ETA: 4s - loss: 0.2345 - accuracy: 0.9312
-//     469/469 [==============================] - 5s 11ms/step - loss: 0.1234 - val_loss: 0.0991
+//     469/469 [==============================] - 5s 11ms/step - run ETA: 10s - loss: 0.1234 - val_loss: 0.0991
+//
+//   The epoch's final line says when the run should end ("run ETA", the
+//   epochs' mean time times the epochs left) while epochs remain. "mfu"
+//   (model FLOPs utilisation, training_state.hpp) prints as a percentage.
 //
 //   While the epoch's size is unknown (epoch_info::steps == -1) the running
 //   line reads "123/Unknown - 4s 11ms/step - loss: ..."; the final line then
@@ -16,7 +20,7 @@
 //   lines (a file, a pipe, a CI log): nothing per batch, one flushed line per
 //   epoch at its end:
 //
-//     Epoch 1/3 - 469/469 - 5s 11ms/step - loss: 0.1234 - accuracy: 0.9612 - val_loss: 0.0991
+//     Epoch 1/3 - 469/469 - 5s 11ms/step - run ETA: 10s - loss: 0.1234 - mfu: 41.5% - val_loss: 0.0991
 //
 // Redraws are throttled: a batch end draws when it is the epoch's first
 // drawing, when it is the epoch's last known step, or when at least
@@ -79,6 +83,11 @@ class progress_bar : public callback {
   // The resolved display: bar or lines, never automatic.
   display display_mode() const noexcept { return display_; }
 
+  void on_train_begin() override {
+    run_seconds_ = 0;
+    epochs_timed_ = 0;
+  }
+
   void on_epoch_begin(const epoch_info& info) override {
     epoch_ = info;
     epoch_start_ = now();
@@ -116,6 +125,12 @@ class progress_bar : public callback {
       append_counter(last_step_, steps);
     }
     append_elapsed(elapsed, last_step_);
+    run_seconds_ += elapsed;
+    ++epochs_timed_;
+    if (const int remaining = info.epochs - info.epoch - 1; remaining > 0) {  // the run's, at the epochs' mean time
+      line_.append(" - run ETA: ");
+      append_duration(run_seconds_ / epochs_timed_ * remaining);
+    }
     append_values(epoch_logs);
     if (display_ == display::bar) pad_over_previous_line(visible_width());
     line_.append("\n");
@@ -250,6 +265,10 @@ class progress_bar : public callback {
       const bool learning_rate = entry.name == "lr" || entry.name == "learning_rate";
       // Throughput and skipped steps are whole numbers; the loss scale a power of two.
       const bool rate = entry.name.ends_with("_per_second") || entry.name == "skipped_steps";
+      if (entry.name == "mfu") {  // a fraction of the machine's peak, as a percentage
+        line_.append(" - mfu: %.1f%%", entry.value * 100);
+        continue;
+      }
       const char* format = rate                         ? " - %.*s: %.0f"
                            : entry.name == "loss_scale" ? " - %.*s: %g"
                            : !small                     ? " - %.*s: %.4f"
@@ -279,6 +298,8 @@ class progress_bar : public callback {
   clock::time_point last_draw_{};
   bool drawn_this_epoch_ = false;
   std::int64_t last_step_ = 0;       // the latest step of the epoch, drawn or not
+  double run_seconds_ = 0;           // the epochs of this fit so far, for the run's ETA
+  int epochs_timed_ = 0;
   std::size_t previous_width_ = 0;   // visible width of the running line on screen, 0 after a newline
   std::size_t columns_ = 0;          // terminal width, 0 when unknown
   line_buffer line_;

@@ -49,7 +49,19 @@ struct fit_options {
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
   int initial_epoch = 0;  // Keras's: the epoch (0-based) to start at; fit runs epochs initial_epoch .. epochs - 1
+  // The machine's peak FLOP/s, the denominator of the "mfu" log (model FLOPs
+  // utilisation): 0 lets model<..., cpu> measure it once (train/peak_flops.hpp)
+  // and leaves mfu out on a GPU; a negative value leaves mfu out.
+  double peak_flops = 0;
 };
+
+// The training FLOPs of one step of Batch samples: the network's forward
+// FLOPs (a multiply-add counts two) three times over, since backward computes
+// the gradients of both a layer's input and its weights (the usual
+// 6 x parameters x tokens of a transformer). A recomputed block's second
+// forward is not counted: MFU measures the model's work, not the machine's.
+template <class Net, int Batch>
+inline constexpr double training_flops_per_step = 3.0 * static_cast<double>(Net::flops_per_sample) * Batch;
 
 // What evaluate returns: "loss" and each metric's name, with its value.
 using evaluation = std::map<std::string, double, std::less<>>;
@@ -310,6 +322,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     ~clear_on_exit() { state.running_fit = nullptr; }
   } clear{state};
 
+  if (!(options.peak_flops >= 0) && !(options.peak_flops < 0))
+    throw std::invalid_argument("fit: peak_flops is not a number");
   const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
   batch_type batch;
   logs step_logs, epoch_logs;
@@ -325,6 +339,10 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     if (steps_timed == 0) return;
     const double seconds = std::chrono::duration<double>(waited + stepped).count();
     step_logs.set("input_wait_fraction", std::chrono::duration<double>(waited).count() / seconds);
+    const double step_seconds = std::chrono::duration<double>(stepped).count();
+    if (options.peak_flops > 0 && step_seconds > 0)  // the model's FLOPs per second over the machine's peak
+      step_logs.set("mfu", static_cast<double>(steps_timed) * training_flops_per_step<Net, batch_type::size> /
+                               step_seconds / options.peak_flops);
     if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
       step_logs.set("tokens_per_second",
                     static_cast<double>(steps_timed * batch_type::size * Net::input_shape_type::size) / seconds);

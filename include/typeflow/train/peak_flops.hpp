@@ -1,0 +1,121 @@
+// cpu_peak_flops(): the CPU's peak float32 FLOP/s as this process can use it,
+// measured once by a short FMA probe; the denominator of MFU (model FLOPs
+// utilisation) in fit's logs.
+//
+//   MFU = (training FLOPs of a step: 3 x the network's forward FLOPs per sample
+//          x the batch, a multiply-add counted as two) / (the step's measured
+//          time) / (peak FLOP/s)
+//
+// The probe runs on every OpenMP thread at once (omp_get_max_threads(), the
+// threads the model's kernels use), each thread updating 12 independent
+// registers of fused multiply-adds for a few million instructions: AVX-512
+// where the CPU has it, else AVX2 with FMA, else plain float arithmetic. It
+// takes about 0.1 s, is repeated three times and the best is kept; a loaded
+// machine measures lower, as it would also run the model slower. Give
+// fit_options::peak_flops to use a datasheet's figure instead.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include <omp.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TYPEFLOW_PEAK_FLOPS_X86 1
+#endif
+
+namespace typeflow {
+
+namespace detail {
+
+constexpr int fma_chains = 12;  // independent chains: enough to cover the FMA latency
+
+#if defined(TYPEFLOW_PEAK_FLOPS_X86)
+__attribute__((target("avx512f"))) inline float fma_probe_avx512(std::int64_t iterations, float seed) {
+  __m512 acc[fma_chains];
+  for (int i = 0; i < fma_chains; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
+  for (std::int64_t n = 0; n < iterations; ++n)
+    for (int i = 0; i < fma_chains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 sum = acc[0];
+  for (int i = 1; i < fma_chains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  return lanes[0] + lanes[15];
+}
+__attribute__((target("avx2,fma"))) inline float fma_probe_avx2(std::int64_t iterations, float seed) {
+  __m256 acc[fma_chains];
+  for (int i = 0; i < fma_chains; ++i) acc[i] = _mm256_set1_ps(seed + static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
+  for (std::int64_t n = 0; n < iterations; ++n)
+    for (int i = 0; i < fma_chains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  __m256 sum = acc[0];
+  for (int i = 1; i < fma_chains; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  return lanes[0] + lanes[7];
+}
+#endif
+
+inline float fma_probe_scalar(std::int64_t iterations, float seed) {
+  float acc[fma_chains];
+  for (int i = 0; i < fma_chains; ++i) acc[i] = seed + static_cast<float>(i);
+  for (std::int64_t n = 0; n < iterations; ++n)
+    for (int i = 0; i < fma_chains; ++i) acc[i] = acc[i] * 0.999999f + 1e-6f;
+  float sum = 0;
+  for (float v : acc) sum += v;
+  return sum;
+}
+
+// FLOPs of one iteration of the probe this CPU runs: lanes x chains x 2.
+inline int fma_probe_lanes() {
+#if defined(TYPEFLOW_PEAK_FLOPS_X86)
+  if (__builtin_cpu_supports("avx512f")) return 16;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#endif
+  return 1;
+}
+
+inline float fma_probe(int lanes, std::int64_t iterations, float seed) {
+#if defined(TYPEFLOW_PEAK_FLOPS_X86)
+  if (lanes == 16) return fma_probe_avx512(iterations, seed);
+  if (lanes == 8) return fma_probe_avx2(iterations, seed);
+#endif
+  return fma_probe_scalar(iterations, seed);
+}
+
+}  // namespace detail
+
+// Measures now (about 0.1 s on every OpenMP thread); FLOP/s.
+inline double measure_cpu_peak_flops(std::int64_t iterations_per_thread = 1'000'000) {
+  const int lanes = detail::fma_probe_lanes();
+  const std::int64_t iterations = lanes == 1 ? iterations_per_thread / 8 : iterations_per_thread;
+  double best = 0;
+  volatile float sink = 0;  // keeps the probe's result, so that it is computed
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int threads = 1;
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      const float result = detail::fma_probe(lanes, iterations, static_cast<float>(omp_get_thread_num()));
+#pragma omp critical
+      sink = sink + result;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double flops = 2.0 * lanes * detail::fma_chains * static_cast<double>(iterations) * threads;
+    if (seconds > 0) best = std::max(best, flops / seconds);
+  }
+  return best;
+}
+
+// Measured once per process, on first use.
+inline double cpu_peak_flops() {
+  static const double peak = measure_cpu_peak_flops();
+  return peak;
+}
+
+}  // namespace typeflow
