@@ -147,6 +147,9 @@ int main(int argc, char** argv) try {
     callbacks.push_back(&saver);
   }
 
+  tf::callbacks::html_report report("char_gpt_report.html", {.title = "char GPT on Moby-Dick"});  // rewritten each epoch
+  callbacks.push_back(&report);
+
   const auto start = std::chrono::steady_clock::now();
   const auto history = model.fit(train, {.epochs = epochs, .validation_data = validation, .callbacks = callbacks});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -156,6 +159,7 @@ int main(int argc, char** argv) try {
   std::printf("\nfinal validation loss: %.17g\n", history["val_loss"].back());
   std::printf("trained %lld steps (%lld characters) in %.1f s\n", static_cast<long long>(steps),
               static_cast<long long>(steps) * batch_size * block_size, seconds);
+  std::printf("report: %s\n", report.filename().c_str());
 
   const std::string prompt = "Call me Ishmael. ";
   const auto generated =

@@ -43,7 +43,9 @@ int main(int argc, char** argv) try {
                                       .global_clipnorm = 1.f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
                 tf::metrics::accuracy{});
-  model.fit(train, {.epochs = epochs, .validation_data = test});
+  tf::callbacks::html_report report("fashion_mnist_report.html", {.title = "Fashion-MNIST"});  // rewritten each epoch
+  model.fit(train, {.epochs = epochs, .validation_data = test, .callbacks = {&report}});
+  std::printf("report: %s\n", report.filename().c_str());
 
   const auto result = model.evaluate(test);
   std::printf("test accuracy: %.2f%% (loss %.4f) on 10000 test images\n", 100 * result.at("accuracy"),

@@ -50,7 +50,9 @@ int main(int argc, char** argv) try {
   model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
                 tf::metrics::accuracy{});
-  model.fit(train, {.epochs = epochs, .validation_data = test});
+  tf::callbacks::html_report report("mnist_cnn_report.html", {.title = "MNIST CNN"});  // rewritten each epoch
+  model.fit(train, {.epochs = epochs, .validation_data = test, .callbacks = {&report}});
+  std::printf("report: %s\n", report.filename().c_str());
 
   const auto result = model.evaluate(test);
   std::printf("test accuracy: %.2f%% (loss %.4f) on %d test images\n", 100 * result.at("accuracy"),

@@ -45,7 +45,11 @@ int train(const std::string& dir, int epochs) {
   model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
                 tf::metrics::accuracy{});
-  model.fit(train, {.epochs = epochs, .validation_data = test});
+  // TensorBoard's event files (tensorboard --logdir logs) and one HTML page, rewritten each epoch.
+  tf::callbacks::tensorboard board("logs/mnist_mlp", {.update_freq = 50});
+  tf::callbacks::html_report report("mnist_mlp_report.html", {.title = "MNIST MLP (" + tf::policy_name<Policy>() + ")"});
+  model.fit(train, {.epochs = epochs, .validation_data = test, .callbacks = {&board, &report}});
+  std::printf("report: %s, TensorBoard logs: logs/mnist_mlp\n", report.filename().c_str());
 
   const auto result = model.evaluate(test);
   std::printf("test accuracy: %.2f%% (loss %.4f) on %d test images\n", 100 * result.at("accuracy"),
