@@ -89,6 +89,14 @@ TEST_CASE("svg_chart draws one path per series, breaks a line at NaN and picks a
   CHECK(wide.find("loss (log scale)") != std::string::npos);
   const std::string negative = tf::report::svg_chart({.title = "x"}, {{.label = "t", .points = {{1, -2.0}, {2, 300.0}}}});
   CHECK(negative.find("(log scale)") == std::string::npos);
+  // Epoch ends as dashed lines; with many, at most about 12 labels, numbers only.
+  tf::report::chart_options marked{.title = "t"};
+  for (int e = 1; e <= 40; ++e) marked.x_marks.emplace_back(10.0 * e, "epoch " + std::to_string(e));
+  const std::string forty = tf::report::svg_chart(marked, {{.label = "t", .points = {{0, 1.0}, {400, 2.0}}}});
+  CHECK(count_of(forty, "<line class=\"mark\"") == 40);
+  CHECK(forty.find(">epoch ") == std::string::npos);
+  CHECK(forty.find(">40</text>") != std::string::npos);
+  CHECK(count_of(forty, "fill=\"#888\"") <= 14);
   // 10,000 points are drawn as at most max_points.
   tf::report::series many{.label = "train"};
   for (int i = 0; i < 10000; ++i) many.points.emplace_back(i, 1.0 + (i % 7));

@@ -39,7 +39,7 @@ struct chart_options {
   std::string x_label = "step";
   int width = 480, height = 290;
   std::size_t max_points = 1000;
-  // Vertical lines with a label under the axis (e.g. each epoch's end).
+  // Dashed vertical lines, labelled at the plot's top (e.g. each epoch's end).
   std::vector<std::pair<double, std::string>> x_marks{};
 };
 
@@ -167,23 +167,25 @@ inline std::string svg_chart(const chart_options& options, const std::vector<ser
            number(y) + "\" stroke=\"#e4e4e4\"/><text x=\"" + number(left - 4) + "\" y=\"" + number(y + 4) +
            "\" text-anchor=\"end\">" + number(t, "%.3g") + "</text>\n";
   }
-  // x: the marks when given (epochs), else nice ticks.
-  if (!options.x_marks.empty()) {
-    const std::size_t every = (options.x_marks.size() + 11) / 12;  // at most about 12 labels
-    for (std::size_t i = 0; i < options.x_marks.size(); ++i) {
-      const auto& [x, label] = options.x_marks[i];
-      if (x < x_min || x > x_max) continue;
-      svg += "<line x1=\"" + number(px(x)) + "\" y1=\"" + number(top) + "\" x2=\"" + number(px(x)) + "\" y2=\"" +
-             number(top + plot_h) + "\" stroke=\"#d0d0d0\" stroke-dasharray=\"3,3\"/>";
-      if (i % every == 0 || i + 1 == options.x_marks.size())
-        svg += "<text x=\"" + number(px(x)) + "\" y=\"" + number(top + plot_h + 14) + "\" text-anchor=\"middle\">" +
-               escape_markup(label) + "</text>";
-      svg += "\n";
+  // x: numbers below the axis; the marks (epoch ends) as dashed lines, labelled
+  // inside the plot's top edge ("epoch 3", or "3" when there are many).
+  for (double t : detail::nice_ticks(x_min, x_max))
+    svg += "<text x=\"" + number(px(t)) + "\" y=\"" + number(top + plot_h + 14) + "\" text-anchor=\"middle\">" +
+           number(t, "%.6g") + "</text>\n";
+  const std::size_t every = (options.x_marks.size() + 11) / 12;  // at most about 12 labels
+  for (std::size_t i = 0; i < options.x_marks.size(); ++i) {
+    const auto& [x, label] = options.x_marks[i];
+    if (x < x_min || x > x_max) continue;
+    svg += "<line class=\"mark\" x1=\"" + number(px(x)) + "\" y1=\"" + number(top) + "\" x2=\"" + number(px(x)) +
+           "\" y2=\"" + number(top + plot_h) + "\" stroke=\"#c8c8c8\" stroke-dasharray=\"3,3\"/>";
+    if (i % every == 0 || i + 1 == options.x_marks.size()) {
+      const std::string shown = options.x_marks.size() > 6 && label.find(' ') != std::string::npos
+                                    ? label.substr(label.rfind(' ') + 1)
+                                    : label;
+      svg += "<text x=\"" + number(px(x) - 3) + "\" y=\"" + number(top + 11) +
+             "\" text-anchor=\"end\" fill=\"#888\" font-size=\"10\">" + escape_markup(shown) + "</text>";
     }
-  } else {
-    for (double t : detail::nice_ticks(x_min, x_max))
-      svg += "<text x=\"" + number(px(t)) + "\" y=\"" + number(top + plot_h + 14) + "\" text-anchor=\"middle\">" +
-             number(t, "%.6g") + "</text>\n";
+    svg += "\n";
   }
   svg += "<text x=\"" + number(left + plot_w / 2) + "\" y=\"" + number(top + plot_h + 30) +
          "\" text-anchor=\"middle\" fill=\"#555\">" + escape_markup(options.x_label) + "</text>\n";
