@@ -9,15 +9,16 @@
 // The probe runs on every OpenMP thread at once (omp_get_max_threads(), the
 // threads the model's kernels use), each thread updating 12 independent
 // registers of fused multiply-adds for a few million instructions: AVX-512
-// where the CPU has it, else AVX2 with FMA, else plain float arithmetic. It
-// takes about 0.1 s, is repeated three times and the best is kept; a loaded
-// machine measures lower, as it would also run the model slower. Give
-// fit_options::peak_flops to use a datasheet's figure instead.
+// where the CPU has it, else AVX2 with FMA, else plain float arithmetic.
+// Each thread's rate is its FLOPs over its own CPU time (see
+// measure_cpu_peak_flops), and the sum over threads, best of three runs, is
+// the peak. Give fit_options::peak_flops to use a datasheet's figure instead.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 #include <omp.h>
 
@@ -88,26 +89,39 @@ inline float fma_probe(int lanes, std::int64_t iterations, float seed) {
 
 }  // namespace detail
 
-// Measures now (about 0.1 s on every OpenMP thread); FLOP/s.
-inline double measure_cpu_peak_flops(std::int64_t iterations_per_thread = 1'000'000) {
+// The CPU time the calling thread has run, in seconds, or its wall-clock time
+// where the system cannot tell.
+inline double thread_cpu_seconds() {
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+  timespec now{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) == 0) return static_cast<double>(now.tv_sec) + now.tv_nsec * 1e-9;
+#endif
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Measures now (a few tens of milliseconds on every OpenMP thread); FLOP/s.
+// Each thread times itself by its own CPU time, so a thread that the system
+// preempts for another process (a shared machine, a build next door) still
+// measures its core's rate, while two threads on one core's hyperthreads each
+// measure half of it: the sum is what the model's threads could do at best.
+inline double measure_cpu_peak_flops(std::int64_t iterations_per_thread = 2'000'000) {
   const int lanes = detail::fma_probe_lanes();
   const std::int64_t iterations = lanes == 1 ? iterations_per_thread / 8 : iterations_per_thread;
+  const double flops_per_thread = 2.0 * lanes * detail::fma_chains * static_cast<double>(iterations);
   double best = 0;
   volatile float sink = 0;  // keeps the probe's result, so that it is computed
   for (int attempt = 0; attempt < 3; ++attempt) {
-    int threads = 1;
-    const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel
+    double total = 0;  // FLOP/s, summed over the threads
+#pragma omp parallel reduction(+ : total)
     {
-#pragma omp single
-      threads = omp_get_num_threads();
+      const double start = thread_cpu_seconds();
       const float result = detail::fma_probe(lanes, iterations, static_cast<float>(omp_get_thread_num()));
+      const double seconds = thread_cpu_seconds() - start;
+      if (seconds > 0) total += flops_per_thread / seconds;
 #pragma omp critical
       sink = sink + result;
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double flops = 2.0 * lanes * detail::fma_chains * static_cast<double>(iterations) * threads;
-    if (seconds > 0) best = std::max(best, flops / seconds);
+    best = std::max(best, total);
   }
   return best;
 }
