@@ -17,12 +17,14 @@
 //
 // update_freq: "epoch" (the default: epoch values only), "batch" (after every
 // batch) or a number of batches; batch values are the epoch's running means,
-// as fit logs them. histogram_freq: 0 (none, the default) or every that many
-// epochs (epochs 0, n, 2n, ...). Under multi_worker only the chief writes.
+// as fit logs them, sent to the file at least every 5 s. histogram_freq: 0
+// (none, the default) or every that many epochs (epochs 0, n, 2n, ...).
+// Under multi_worker only the chief writes.
 // The batch count is kept in a checkpoint, so a continued run goes on with
 // the same steps (in a new event file, which TensorBoard reads with the old).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -83,12 +85,19 @@ class tensorboard : public callback {
     validation_.reset();
     train_.reset();
     if (writing_) train_ = std::make_unique<io::event_file_writer>(options_.log_dir / "train");
+    last_flush_ = std::chrono::steady_clock::now();
   }
 
   void on_batch_end(std::int64_t, const logs& batch_logs) override {
     ++batches_;
     if (!writing_ || options_.update_freq.batches == 0 || batches_ % options_.update_freq.batches != 0) return;
     for (const log_entry& entry : batch_logs) train_->add_scalar(tag("batch_", entry.name), entry.value, batches_);
+    // Within a long epoch, TensorBoard sees the batch values every few seconds.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_flush_ >= flush_interval) {
+      train_->flush();
+      last_flush_ = now;
+    }
   }
 
   void on_epoch_end(const epoch_info& info, const logs& epoch_logs) override {
@@ -131,8 +140,11 @@ class tensorboard : public callback {
     return std::string(prefix) + std::string(name);
   }
 
+  static constexpr std::chrono::seconds flush_interval{5};
+
   tensorboard_options options_;
   bool writing_ = true;
+  std::chrono::steady_clock::time_point last_flush_{};
   std::int64_t batches_ = 0;  // batches trained over the run: the step of batch values
   std::unique_ptr<io::event_file_writer> train_, validation_;
 };
