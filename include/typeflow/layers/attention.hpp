@@ -19,7 +19,10 @@
 // the layer's salt (its position, or its place inside a block), the step and
 // the element, as dropout's), and
 // kernel_initializer<>, bias_initializer<>, kernel_regularizer<>,
-// bias_regularizer<>, which apply to both projections.
+// bias_regularizer<>, which apply to both projections, and lora<Rank, Alpha>:
+// both projections' kernels frozen, each with a trained low-rank adapter
+// (layers/lora.hpp; "qkv.lora_kernel_a" (D, Rank), "qkv.lora_kernel_b"
+// (Rank, 3D), "proj.lora_kernel_a", "proj.lora_kernel_b").
 //
 // The executors: backend/cpu/attention.hpp (oneDNN projections and
 // register-blocked per-head kernels).
@@ -46,8 +49,10 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 
 #include "typeflow/initializers/initializers.hpp"
+#include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
 
@@ -94,16 +99,17 @@ struct causal_self_attention {
                   "causal_self_attention<Heads>: the input must be (T, D) per sample: a sequence of T positions of "
                   "width D");
     static_assert(layer_check<layer_at<Context::position, causal_self_attention>, given<In>,
-                              ((detail::is_attention_dropout<Options> || detail::is_known_option<Options>) &&
+                              ((detail::is_attention_dropout<Options> || detail::is_known_option<Options> ||
+                                detail::is_lora_option<Options>) &&
                                ...)>::passed,
                   "causal_self_attention<Heads, Options...>: each option must be attention_dropout<>, "
-                  "kernel_initializer<>, bias_initializer<>, kernel_regularizer<> or bias_regularizer<>");
+                  "kernel_initializer<>, bias_initializer<>, kernel_regularizer<>, bias_regularizer<> or lora<>");
     static_assert(layer_check<layer_at<Context::position, causal_self_attention>, given<In>,
                               ((0 + ... + int{detail::is_attention_dropout<Options>}) <= 1 &&
                                option_count<kernel_initializer, Options...> <= 1 &&
                                option_count<bias_initializer, Options...> <= 1 &&
                                option_count<kernel_regularizer, Options...> <= 1 &&
-                               option_count<bias_regularizer, Options...> <= 1)>::passed,
+                               option_count<bias_regularizer, Options...> <= 1 && lora_option_count<Options...> <= 1)>::passed,
                   "causal_self_attention<Heads, Options...>: each kind of option may be given once");
     static_assert(layer_check<layer_at<Context::position, causal_self_attention>, given<In>,
                               (dropout_rate >= 0.f && dropout_rate < 1.f)>::passed,
@@ -141,15 +147,27 @@ struct causal_self_attention {
 
     using input_shape = In;
     using output_shape = In;
-    using params = param_list<
-        param<"qkv.kernel", shape<width, 3 * width>, option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
-              param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>,
-        param<"qkv.bias", shape<3 * width>, option_t<bias_initializer, initializers::zeros, Options...>, param_kind::bias,
-              option_t<bias_regularizer, regularizers::none, Options...>>,
-        param<"proj.kernel", shape<width, width>, option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
-              param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>,
-        param<"proj.bias", shape<width>, option_t<bias_initializer, initializers::zeros, Options...>, param_kind::bias,
-              option_t<bias_regularizer, regularizers::none, Options...>>>;
+    using qkv_kernel_param = param<"qkv.kernel", shape<width, 3 * width>,
+                                   option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
+                                   param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>;
+    using qkv_bias_param = param<"qkv.bias", shape<3 * width>, option_t<bias_initializer, initializers::zeros, Options...>,
+                                 param_kind::bias, option_t<bias_regularizer, regularizers::none, Options...>>;
+    using proj_kernel_param = param<"proj.kernel", shape<width, width>,
+                                    option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
+                                    param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>;
+    using proj_bias_param = param<"proj.bias", shape<width>, option_t<bias_initializer, initializers::zeros, Options...>,
+                                  param_kind::bias, option_t<bias_regularizer, regularizers::none, Options...>>;
+    // With lora<>: both kernels frozen, the biases and the four adapter
+    // matrices trained (parameters 4..7).
+    using lora_type = typename lora_of<Options...>::or_unit;
+    static constexpr bool with_lora = lora_of<Options...>::enabled;
+    static constexpr int lora_rank = lora_of<Options...>::rank;
+    using params = std::conditional_t<
+        with_lora,
+        param_list<frozen_param<qkv_kernel_param>, qkv_bias_param, frozen_param<proj_kernel_param>, proj_bias_param,
+                   lora_a_param<lora_type, "qkv.lora_kernel_a", width>, lora_b_param<lora_type, "qkv.lora_kernel_b", 3 * width>,
+                   lora_a_param<lora_type, "proj.lora_kernel_a", width>, lora_b_param<lora_type, "proj.lora_kernel_b", width>>,
+        param_list<qkv_kernel_param, qkv_bias_param, proj_kernel_param, proj_bias_param>>;
 
     // The positions a query attends over, at most.
     static constexpr std::size_t keys = decoding ? decode_length : steps;
@@ -157,7 +175,8 @@ struct causal_self_attention {
     // over the full T x T square (4 T^2 D; the masked half is skipped at run
     // time, but counted, as nanoGPT's and PaLM's MFU formulas do).
     static constexpr std::size_t flops_per_sample =
-        8 * std::size_t{steps} * width * width + 4 * std::size_t{steps} * keys * width;
+        8 * std::size_t{steps} * width * width + 4 * std::size_t{steps} * keys * width +
+        (with_lora ? 2 * std::size_t{steps} * lora_rank * (2 * width + 4 * width) : 0);
 
     // Row stride of P and d_S.
     static constexpr std::size_t score_stride = padded_row_length(steps);
@@ -189,8 +208,13 @@ struct causal_self_attention {
     static constexpr std::size_t decode_concat_bytes = align_up(sizeof(float) * width);
     static constexpr std::size_t decode_score_bytes = align_up(sizeof(float) * heads * keys);
 
-    static constexpr std::size_t workspace_bytes_per_sample =
+    // With lora<>, after the rest: each adapter's x · A and d_y · B^T,
+    // (rows, Rank) each (backend/cpu/lora.hpp).
+    static constexpr std::size_t own_workspace_bytes_per_sample =
         decoding ? 2 * cache_floats * sizeof(float) : qkv_bytes + probability_bytes + concat_bytes + mask_bytes;
+    static constexpr std::size_t workspace_bytes_per_sample =
+        own_workspace_bytes_per_sample + (with_lora ? 4 * std::size_t{steps} * lora_rank * sizeof(float) : 0);
+    static constexpr std::size_t workspace_bytes_per_step = with_lora ? 5 * arena_alignment : 0;
     static constexpr std::size_t scratch_bytes_per_sample =
         decoding ? decode_qkv_bytes + decode_concat_bytes + decode_score_bytes
                  : concat_bytes + qkv_bytes + bias_share_bytes;

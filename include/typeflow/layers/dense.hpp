@@ -6,7 +6,8 @@
 //   output  (B, ..., Units)
 //
 // Options: kernel_initializer<I>, bias_initializer<I>, kernel_regularizer<R>,
-// bias_regularizer<R>, and a dtype (float32, float16, bfloat16) that overrides
+// bias_regularizer<R>, lora<Rank, Alpha> (a low-rank adapter on a frozen
+// kernel, layers/lora.hpp), and a dtype (float32, float16, bfloat16) that overrides
 // the policy's compute dtype for this layer, e.g.
 // dense<64, kernel_initializer<initializers::he_normal>> or dense<10, float32>.
 //
@@ -28,6 +29,7 @@
 
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/activation_traits.hpp"
+#include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
 #include "typeflow/precision/policy.hpp"
@@ -42,7 +44,10 @@ struct dense {
     std::string name = "dense<" + std::to_string(Units);
     if constexpr (dtype_option_count<Options...> == 1)
       name += ", " + std::string(dtype_option_t<float32, Options...>::name);
-    if constexpr (sizeof...(Options) > static_cast<std::size_t>(dtype_option_count<Options...>)) name += ", ...";
+    if constexpr (lora_option_count<Options...> == 1) name += ", " + lora_option_t<Options...>::name();
+    if constexpr (sizeof...(Options) >
+                  static_cast<std::size_t>(dtype_option_count<Options...> + lora_option_count<Options...>))
+      name += ", ...";
     return name + ">";
   }
 
@@ -53,15 +58,17 @@ struct dense {
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>, (In::rank >= 1)>::passed,
                   "dense<Units>: the input needs at least one axis; dense works over the last one");
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
-                              ((detail::is_known_option<Options> || detail::is_dtype_option<Options>) && ...)>::passed,
+                              ((detail::is_known_option<Options> || detail::is_dtype_option<Options> ||
+                                detail::is_lora_option<Options>) &&
+                               ...)>::passed,
                   "dense<Units, Options...>: each option must be kernel_initializer<>, bias_initializer<>, "
-                  "kernel_regularizer<>, bias_regularizer<> or a dtype (float32, float16, bfloat16)");
+                  "kernel_regularizer<>, bias_regularizer<>, lora<> or a dtype (float32, float16, bfloat16)");
     static_assert(layer_check<layer_at<Context::position, dense>, given<In>,
                               option_count<kernel_initializer, Options...> <= 1 &&
                                   option_count<bias_initializer, Options...> <= 1 &&
                                   option_count<kernel_regularizer, Options...> <= 1 &&
                                   option_count<bias_regularizer, Options...> <= 1 &&
-                                  dtype_option_count<Options...> <= 1>::passed,
+                                  dtype_option_count<Options...> <= 1 && lora_option_count<Options...> <= 1>::passed,
                   "dense<Units, Options...>: each kind of option may be given once");
     using input_dtype = typename Context::precision::input;
     static_assert(layer_check<layer_at<Context::position, dense>, given<In, input_dtype>,
@@ -79,13 +86,28 @@ struct dense {
     using input_shape = In;
     using output_shape = replace_last_t<In, units>;
     using kernel_shape = shape<in_features, units>;
-    using params = param_list<
-        param<"kernel", kernel_shape, option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
-              param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>,
-        param<"bias", shape<units>, option_t<bias_initializer, initializers::zeros, Options...>, param_kind::bias,
-              option_t<bias_regularizer, regularizers::none, Options...>>>;
-    static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * in_features * units;
-    static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
+    using kernel_param = param<"kernel", kernel_shape, option_t<kernel_initializer, initializers::glorot_uniform, Options...>,
+                               param_kind::kernel, option_t<kernel_regularizer, regularizers::none, Options...>>;
+    using bias_param = param<"bias", shape<units>, option_t<bias_initializer, initializers::zeros, Options...>,
+                             param_kind::bias, option_t<bias_regularizer, regularizers::none, Options...>>;
+    // With lora<>: the kernel frozen, then the bias, A and B trained.
+    using lora_type = typename lora_of<Options...>::or_unit;
+    static constexpr bool with_lora = lora_of<Options...>::enabled;
+    static constexpr int lora_rank = lora_of<Options...>::rank;
+    using params = std::conditional_t<
+        with_lora,
+        param_list<frozen_param<kernel_param>, bias_param, lora_a_param<lora_type, "lora_kernel_a", in_features>,
+                   lora_b_param<lora_type, "lora_kernel_b", units>>,
+        param_list<kernel_param, bias_param>>;
+    static constexpr std::size_t flops_per_sample =
+        2 * rows_per_sample * in_features * units +
+        (with_lora ? 2 * rows_per_sample * std::size_t{lora_rank} * (in_features + units) : 0);
+    // The adapter's term comes before an activation: no fused epilogue then.
+    static constexpr epilogue fused = with_lora ? epilogue::none : fusable_epilogue<typename Context::next>;
+    // The adapter keeps x · A (forward to backward) and d_y · B^T.
+    static constexpr std::size_t workspace_bytes_per_sample =
+        with_lora ? 2 * rows_per_sample * std::size_t{lora_rank} * sizeof(float) : 0;
+    static constexpr std::size_t workspace_bytes_per_step = with_lora ? 2 * arena_alignment : 0;
 
     // The CPU's 16 bits, all in scratch (rounded again in backward, which
     // costs one pass over the kernel and keeps nothing between the passes):

@@ -259,6 +259,7 @@ struct chain_binding_after : layer_defaults {
   static constexpr auto child_scratch_per_sample = per_child([]<class L>() { return L::scratch_bytes_per_sample; });
   static constexpr auto child_scratch_per_step = per_child([]<class L>() { return L::scratch_bytes_per_step; });
   static constexpr auto child_param_floats = per_child([]<class L>() { return L::params::floats; });
+  static constexpr auto child_frozen_floats = per_child([]<class L>() { return L::params::frozen_floats; });
   static constexpr auto child_flops = per_child([]<class L>() { return L::flops_per_sample; });
 
   static constexpr bool all_alias = [] {

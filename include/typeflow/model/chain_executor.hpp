@@ -34,6 +34,7 @@ class chain_executor {
   static constexpr auto child_ws_per_sample = Layer::child_ws_per_sample;
   static constexpr auto child_ws_per_step = Layer::child_ws_per_step;
   static constexpr auto child_param_floats = Layer::child_param_floats;
+  static constexpr auto child_frozen_floats = Layer::child_frozen_floats;
   static constexpr int from_input = Layer::from_input, to_output = Layer::to_output;
   static constexpr int external_out = Layer::external_out, external_in = Layer::external_in;
 
@@ -132,10 +133,14 @@ class chain_executor {
       io.d_in = in_place[0] ? gradient(gradient_slot[0]) : io_.d_in;
     else
       io.d_in = gradient(gradient_slot[I - 1]);
-    std::size_t param_offset = 0;
-    for (std::size_t i = 0; i < I; ++i) param_offset += child_param_floats[i];
+    std::size_t param_offset = 0, frozen_offset = 0;
+    for (std::size_t i = 0; i < I; ++i) {
+      param_offset += child_param_floats[i];
+      frozen_offset += child_frozen_floats[i];
+    }
     io.params = io_.params + param_offset;
     io.grads = io_.grads + param_offset;
+    if (io_.frozen_params) io.frozen_params = io_.frozen_params + frozen_offset;
     io.workspace = kept_ + workspace_offset[I];
     io.scratch = transient_ + 3 * gradient_bytes;
     return io;

@@ -150,6 +150,9 @@ struct param {
   using initializer = Initializer;
   using regularizer = Regularizer;
   static constexpr param_kind kind = Kind;
+  // A frozen tensor (frozen_param: LoRA's base kernel) lives outside the
+  // trainable region: no gradient, no optimizer slot (memory_plan.hpp).
+  static constexpr bool frozen = false;
   static constexpr bool trainable = Kind != param_kind::statistic;
   static constexpr std::size_t size = Shape::size;
   static constexpr std::size_t row_length = Shape::rank >= 2 ? static_cast<std::size_t>(Shape::template dim<-1>) : size;
@@ -168,21 +171,42 @@ constexpr std::size_t aligned_floats(std::size_t count) {
   return align_up(count * sizeof(float)) / sizeof(float);
 }
 
+// P, held constant: a parameter a layer reads but nothing trains (LoRA's base
+// kernel and bias). It keeps its name, shape and initializer; the memory plan
+// puts it with the frozen tensors, so it has no gradient and no optimizer slot,
+// and its layer's executor computes no gradient for it.
+template <class P>
+struct frozen_param : P {
+  static constexpr bool frozen = true;
+  static constexpr bool trainable = false;
+};
+
+// A layer's parameters come in two groups, each laid out in order: the
+// trained tensors (io.params, with their gradients at io.grads) and the
+// frozen ones (io.frozen_params). A list without frozen tensors is one group.
 template <class... Params>
 struct param_list {
   static constexpr std::size_t count = sizeof...(Params);
   using tuple = std::tuple<Params...>;
-  // Floats the list occupies, each tensor padded to the alignment.
-  static constexpr std::size_t floats = (std::size_t{0} + ... + aligned_floats(Params::stored_floats));
+  // Floats of the trained group, each tensor padded to the alignment.
+  static constexpr std::size_t floats =
+      (std::size_t{0} + ... + (Params::frozen ? 0 : aligned_floats(Params::stored_floats)));
+  // Floats of the frozen group.
+  static constexpr std::size_t frozen_floats =
+      (std::size_t{0} + ... + (Params::frozen ? aligned_floats(Params::stored_floats) : 0));
   // Real parameters, without the padding.
   static constexpr std::size_t parameter_count = (std::size_t{0} + ... + Params::size);
   static constexpr std::size_t trainable_count = (std::size_t{0} + ... + (Params::trainable ? Params::size : 0));
-  // Offset (in floats) of parameter I within the layer's region.
+  template <std::size_t I>
+  static constexpr bool is_frozen = std::tuple_element_t<I, tuple>::frozen;
+  // Offset (in floats) of parameter I within its group's region.
   template <std::size_t I>
   static constexpr std::size_t offset = [] {
     constexpr std::size_t sizes[] = {aligned_floats(Params::stored_floats)..., 0};
+    constexpr bool frozen[] = {Params::frozen..., false};
     std::size_t sum = 0;
-    for (std::size_t i = 0; i < I; ++i) sum += sizes[i];
+    for (std::size_t i = 0; i < I; ++i)
+      if (frozen[i] == frozen[I]) sum += sizes[i];
     return sum;
   }();
 };
@@ -205,8 +229,9 @@ struct layer_io {
   float* out = nullptr;         // (B, output_shape)
   float* d_in = nullptr;        // (B, input_shape), nullptr when no gradient is wanted
   const float* d_out = nullptr; // (B, output_shape)
-  float* params = nullptr;      // the layer's parameter region
-  float* grads = nullptr;       // the matching gradient region
+  float* params = nullptr;      // the layer's trained parameters
+  float* grads = nullptr;       // their gradients, laid out alike
+  float* frozen_params = nullptr;  // its frozen tensors (frozen_param), when it has any
   std::byte* workspace = nullptr;  // per-layer bytes kept from forward to backward
   std::byte* scratch = nullptr;    // bytes valid only during one forward() or backward() call,
                                    // shared by every layer (see scratch_bytes_per_sample)
@@ -222,6 +247,18 @@ struct layer_io {
 
 // Layers without parameters.
 using no_params = param_list<>;
+
+// Parameter I of a layer's list, wherever its group lies, and its gradient
+// (a frozen tensor has none).
+template <class Params, std::size_t I, class Device>
+float* param_data(const layer_io<Device>& io) {
+  return (Params::template is_frozen<I> ? io.frozen_params : io.params) + Params::template offset<I>;
+}
+template <class Params, std::size_t I, class Device>
+float* param_gradient(const layer_io<Device>& io) {
+  static_assert(!Params::template is_frozen<I>, "a frozen tensor has no gradient");
+  return io.grads + Params::template offset<I>;
+}
 
 // The facts every bound layer provides, with defaults a layer overrides.
 struct layer_defaults {

@@ -2,11 +2,13 @@
 //
 // One arena holds, in this order, each 64-byte aligned:
 //   parameters      (P floats)         the weights, every tensor aligned: the
-//                                      trainable layers' first (T floats),
-//                                      then the frozen layers' (frozen<...>)
+//                                      trained ones first (T floats, layer by
+//                                      layer), then the frozen ones (frozen<...>
+//                                      layers, and frozen tensors such as a
+//                                      LoRA layer's base kernel)
 //   gradients       (T floats)         the layout of the parameters' first T
 //   optimizer slots (Slots x T floats) e.g. adam's m and v
-// Without frozen layers T = P and every layer's parameters are in layer order.
+// Without anything frozen T = P and every layer's parameters are in layer order.
 //   activations     one (Batch, shape) buffer per layer output, except where
 //                   a layer's output is its input's buffer (flatten, fused relu),
 //                   in the layer's output dtype (2 bytes an element where a
@@ -54,31 +56,51 @@ struct memory_plan {
   static constexpr std::size_t activations_offset =
       slots_offset + static_cast<std::size_t>(OptimizerSlots) * trainable_bytes;
 
-  // Byte offset of layer i's parameters within the parameter region: the
-  // trainable layers' in layer order from 0, then the frozen layers' from T.
-  // A trainable layer's gradients sit at the same offset in the gradient
-  // region.
-  static constexpr auto layer_parameter_offset = [] {
-    std::array<std::size_t, layer_count> offsets{};
-    std::size_t trainable_at = 0, frozen_at = trainable_bytes;
+  // Byte offsets within the parameter region of layer i's trained group
+  // (layer_parameter_offset: in layer order from 0) and of its frozen tensors
+  // (layer_frozen_offset: from T on). A trainable layer's gradients sit at
+  // its trained group's offset in the gradient region. A frozen<...> layer
+  // has both groups from T on, one after the other.
+  struct parameter_offsets {
+    std::array<std::size_t, layer_count> trained{}, frozen{};
+  };
+  static constexpr parameter_offsets offsets_of_layers = [] {
+    parameter_offsets offsets;
+    std::size_t trained_at = 0, frozen_at = trainable_bytes;
     for (std::size_t i = 0; i < layer_count; ++i) {
-      std::size_t& at = Net::trainable[i] ? trainable_at : frozen_at;
-      offsets[i] = at;
-      at += Net::param_floats[i] * sizeof(float);
+      const std::size_t group = (Net::param_floats[i] - Net::frozen_param_floats[i]) * sizeof(float);
+      if (Net::trainable[i]) {
+        offsets.trained[i] = trained_at;
+        trained_at += group;
+      } else {
+        offsets.trained[i] = frozen_at;
+        frozen_at += group;
+      }
+      offsets.frozen[i] = frozen_at;
+      frozen_at += Net::frozen_param_floats[i] * sizeof(float);
     }
     return offsets;
   }();
+  static constexpr auto layer_parameter_offset = offsets_of_layers.trained;
+  static constexpr auto layer_frozen_offset = offsets_of_layers.frozen;
   // Byte offset of layer i's gradients within the gradient region: its
-  // parameters' offset when it is trainable; a frozen layer has none (an
+  // trained group's offset when it is trainable; a frozen layer has none (an
   // empty span where the next trainable layer's begin).
   static constexpr auto layer_gradient_offset = [] {
     std::array<std::size_t, layer_count> offsets{};
     std::size_t at = 0;
     for (std::size_t i = 0; i < layer_count; ++i) {
       offsets[i] = at;
-      if (Net::trainable[i]) at += Net::param_floats[i] * sizeof(float);
+      at += Net::trained_floats[i] * sizeof(float);
     }
     return offsets;
+  }();
+  // Byte offset of parameter P of layer I within the parameter region.
+  template <std::size_t I, std::size_t P>
+  static constexpr std::size_t tensor_offset = [] {
+    using params = typename Net::template layer<I>::params;
+    return (params::template is_frozen<P> ? layer_frozen_offset[I] : layer_parameter_offset[I]) +
+           params::template offset<P> * sizeof(float);
   }();
 
   static constexpr std::size_t output_bytes(std::size_t i) {

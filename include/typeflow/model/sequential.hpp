@@ -123,9 +123,15 @@ struct bound_network {
   // Bytes of one element of each layer's stored output: 2 where it is kept in 16 bits.
   static constexpr auto output_element_bytes =
       per_layer([]<class L>() { return sizeof(typename L::output_dtype::value_type); });
-  static constexpr auto param_floats = per_layer([]<class L>() { return L::params::floats; });
+  // Floats of each layer's parameters: its trained group and its frozen
+  // tensors (frozen_param: a LoRA layer's base kernel), which have neither
+  // gradient nor optimizer slot.
+  static constexpr auto param_floats =
+      per_layer([]<class L>() { return L::params::floats + L::params::frozen_floats; });
+  static constexpr auto frozen_param_floats = per_layer([]<class L>() { return L::params::frozen_floats; });
   static constexpr auto param_counts =
       per_layer([]<class L>() { return L::params::parameter_count; });
+  static constexpr auto trainable_counts = per_layer([]<class L>() { return L::params::trainable_count; });
   static constexpr auto output_aliases_input =
       per_layer([]<class L>() { return L::output_aliases_input; });
   static constexpr auto gradient_in_place = per_layer([]<class L>() { return L::gradient_in_place; });
@@ -169,18 +175,23 @@ struct bound_network {
     for (auto c : param_floats) sum += c;
     return sum;
   }();
-  // Floats of the trainable layers' parameters: the gradient region's and
-  // each optimizer slot's size (frozen layers have neither).
+  // Floats each layer trains: its parameters but its frozen tensors, and
+  // none of a frozen<...> layer's.
+  static constexpr auto trained_floats = [] {
+    std::array<std::size_t, layer_count> floats{};
+    for (std::size_t i = 0; i < layer_count; ++i) floats[i] = trainable[i] ? param_floats[i] - frozen_param_floats[i] : 0;
+    return floats;
+  }();
+  // The gradient region's and each optimizer slot's size.
   static constexpr std::size_t trainable_floats = [] {
     std::size_t sum = 0;
-    for (std::size_t i = 0; i < layer_count; ++i)
-      if (trainable[i]) sum += param_floats[i];
+    for (auto f : trained_floats) sum += f;
     return sum;
   }();
   static constexpr std::size_t trainable_count = [] {
     std::size_t sum = 0;
     for (std::size_t i = 0; i < layer_count; ++i)
-      if (trainable[i]) sum += param_counts[i];
+      if (trainable[i]) sum += trainable_counts[i];
     return sum;
   }();
 
@@ -199,7 +210,7 @@ struct bound_network {
     bool parameters_before = false;
     for (std::size_t i = 0; i < layer_count; ++i) {
       needs[i] = parameters_before;
-      parameters_before = parameters_before || (param_floats[i] > 0 && trainable[i]);
+      parameters_before = parameters_before || trained_floats[i] > 0;
     }
     return needs;
   }();

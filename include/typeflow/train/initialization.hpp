@@ -32,7 +32,7 @@ void initialize_parameters(std::byte* arena, std::uint64_t seed) {
             param_type::initializer::template fill<typename param_type::shape_type>(
                 values.data(), random_stream{mix_seed(seed, ++salt), 0});
             float* rows =
-                reinterpret_cast<float*>(arena + plan::layer_parameter_offset[I] + params::template offset<P> * sizeof(float));
+                reinterpret_cast<float*>(arena + plan::template tensor_offset<I, P>);
             for (std::size_t r = 0; r < param_type::rows; ++r)
               std::memcpy(rows + r * param_type::row_stride, values.data() + r * param_type::row_length,
                           param_type::row_length * sizeof(float));

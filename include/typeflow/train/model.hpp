@@ -248,11 +248,12 @@ class model {
     const std::span<const float> region = engine_.parameters();
     std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
+    values.reserve(parameters::count());  // the tensors point into it
     parameters::for_each([&](const parameter_info& p) {
+      if (options.merge_lora && p.lora_scale != 0.f) return;  // folded into its kernel
       std::string name = options.rename ? options.rename(p.name) : p.name;
       if (name.empty()) return;
-      const auto view = stored(p, region.data());
-      values.emplace_back(view.begin(), view.end());
+      values.push_back(options.merge_lora ? merged_values(p, region.data()) : values_of(p, region.data()));
       tensors.push_back({std::move(name), "F32", p.shape, values.back().data(), p.size * sizeof(float)});
     });
     io::write_safetensors(path, tensors, options.metadata);
@@ -373,6 +374,13 @@ class model {
     return specs;
   }
 
+  // A parameter's values with its LoRA adapter folded in (a kernel of a
+  // layer with lora<>: W + Alpha / Rank · A · B), else its values: what a
+  // model of the same layers without lora<> holds there (merge_lora).
+  std::vector<float> merged_parameter(std::string_view name) const {
+    return merged_values(parameters::find(name), engine_.parameters().data());
+  }
+
   // A parameter's values by name, e.g. "layers.1.kernel", in the tensor's
   // row-major order (the arena pads rows; the view hides that). Throws if
   // absent. Writes through the view reach every replica and device before
@@ -385,7 +393,8 @@ class model {
   strided_view<const float> gradient(std::string_view name) const {
     const parameter_info p = parameters::find(name);
     if (!p.trainable)
-      throw std::invalid_argument("gradient: " + p.name + " is frozen (inside frozen<...>): it has no gradient");
+      throw std::invalid_argument("gradient: " + p.name +
+                                  " is frozen (inside frozen<...>, or a kernel with lora<>): it has no gradient");
     const auto view = stored(p, engine_.gradients().data());
     return {view.storage(), view.size(), view.row_length(), view.row_stride()};
   }
@@ -551,6 +560,28 @@ class model {
   using parameters = parameter_table<Net>;
   using parameter_info = typename parameters::info;
   // A parameter's elements in a host region laid out as the parameter region.
+  static std::vector<float> values_of(const parameter_info& p, const float* region) {
+    const auto view = stored(p, region);
+    return std::vector<float>(view.begin(), view.end());
+  }
+  // W (in, out) + s · A (in, r) · B (r, out), summed in double.
+  static std::vector<float> merged_values(const parameter_info& p, const float* region) {
+    std::vector<float> w = values_of(p, region);
+    const auto adapter = parameters::lora_adapter_of(p);
+    if (!adapter) return w;
+    const std::vector<float> a = values_of(adapter->first, region), b = values_of(adapter->second, region);
+    const std::size_t in = static_cast<std::size_t>(adapter->first.shape[0]);
+    const std::size_t rank = static_cast<std::size_t>(adapter->first.shape[1]);
+    const std::size_t out = static_cast<std::size_t>(adapter->second.shape[1]);
+    const double scale = adapter->first.lora_scale;
+    for (std::size_t i = 0; i < in; ++i)
+      for (std::size_t j = 0; j < out; ++j) {
+        double sum = 0;
+        for (std::size_t k = 0; k < rank; ++k) sum += double{a[i * rank + k]} * b[k * out + j];
+        w[i * out + j] = static_cast<float>(w[i * out + j] + scale * sum);
+      }
+    return w;
+  }
   static strided_view<float> stored(const parameter_info& p, const float* region) {
     return {const_cast<float*>(region) + p.offset / sizeof(float), p.size, p.row_length, p.row_stride};
   }

@@ -32,14 +32,39 @@ struct parameter_table {
     std::size_t row_length = 1, row_stride = 1;
     std::size_t stored_floats = 0;    // with the rows' padding
     param_kind kind = param_kind::kernel;
-    bool trainable = true;            // false inside frozen<...>: no gradient, no optimizer slot
+    bool trainable = true;            // false inside frozen<...> and for a frozen_param: no gradient, no slot
+    float lora_scale = 0.f;           // a LoRA matrix (layers/lora.hpp): its adapter's Alpha / Rank
   };
+
+  // The kernel a LoRA matrix adapts: "blocks.0.attn.qkv.lora_kernel_a" ->
+  // "blocks.0.attn.qkv.kernel"; and a kernel's adapter matrices, when it has them.
+  static std::string lora_base_name(const std::string& lora_name) {
+    return lora_name.substr(0, lora_name.rfind("lora_kernel_")) + "kernel";
+  }
+  static std::optional<std::pair<info, info>> lora_adapter_of(const info& kernel) {
+    if (kernel.name.size() < 6 || kernel.name.compare(kernel.name.size() - 6, 6, "kernel") != 0) return std::nullopt;
+    const std::string prefix = kernel.name.substr(0, kernel.name.size() - 6);
+    std::optional<info> a, b;
+    for_each([&](const info& p) {
+      if (p.name == prefix + "lora_kernel_a") a = p;
+      if (p.name == prefix + "lora_kernel_b") b = p;
+    });
+    if (!a || !b) return std::nullopt;
+    return std::pair{*a, *b};
+  }
 
   // f(info) for every parameter, in arena order.
   template <class F>
   static void for_each(F&& f) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (of_layer<I>(f), ...);
+    }(std::make_index_sequence<Net::layer_count>{});
+  }
+
+  // How many tensors the network has.
+  static constexpr std::size_t count() {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + Net::template layer<I>::params::count);
     }(std::make_index_sequence<Net::layer_count>{});
   }
 
@@ -67,6 +92,13 @@ struct parameter_table {
   }
 
  private:
+  template <class P>
+  static constexpr float lora_scale_of() {
+    if constexpr (requires { P::lora_scale; })
+      return P::lora_scale;
+    else
+      return 0.f;
+  }
   template <std::size_t I, class F>
   static void of_layer(F& f) {
     using layer = typename Net::template layer<I>;
@@ -79,9 +111,9 @@ struct parameter_table {
             f(info{(layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".") +
                        std::string(param_type::name),
                    std::vector<std::int64_t>(shape_type::dims.begin(), shape_type::dims.end()),
-                   memory_plan<Net, 0, 0>::layer_parameter_offset[I] + params::template offset<P> * sizeof(float),
-                   param_type::size, param_type::row_length, param_type::row_stride, param_type::stored_floats,
-                   param_type::kind, Net::trainable[I]});
+                   memory_plan<Net, 0, 0>::template tensor_offset<I, P>, param_type::size, param_type::row_length,
+                   param_type::row_stride, param_type::stored_floats, param_type::kind,
+                   Net::trainable[I] && !param_type::frozen, lora_scale_of<param_type>()});
           }(),
           ...);
     }(std::make_index_sequence<params::count>{});

@@ -25,8 +25,8 @@ double apply_regularizers(std::byte* arena, bool add_gradients) {
           [&] {
             using param_type = std::tuple_element_t<P, typename params::tuple>;
             using regularizer = typename param_type::regularizer;
-            if constexpr (regularizer::active && Net::trainable[I]) {  // a frozen layer's are constants
-              const std::size_t offset = plan::layer_parameter_offset[I] + params::template offset<P> * sizeof(float);
+            if constexpr (regularizer::active && Net::trainable[I] && !param_type::frozen) {  // frozen ones are constants
+              const std::size_t offset = plan::template tensor_offset<I, P>;
               const float* w = reinterpret_cast<const float*>(arena + offset);
               total += add_gradients ? regularizer::apply(w, reinterpret_cast<float*>(arena + plan::gradients_offset + offset),
                                                           param_type::stored_floats)

@@ -87,6 +87,7 @@ class step_program {
     io.d_out = gradient_of_output(I);
     io.params = params_ + plan::layer_parameter_offset[I] / sizeof(float);
     io.grads = grads_ + plan::layer_parameter_offset[I] / sizeof(float);
+    if constexpr (layer::params::frozen_floats > 0) io.frozen_params = params_ + plan::layer_frozen_offset[I] / sizeof(float);
     io.workspace = base_ + plan::workspace_offset[I];
     io.scratch = base_ + plan::scratch_offset;
     if constexpr (layer::uses_tied_embedding) {

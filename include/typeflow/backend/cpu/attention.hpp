@@ -37,6 +37,7 @@
 #endif
 
 #include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/cpu/lora.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/random.hpp"
@@ -316,6 +317,13 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   static constexpr int rows = decoding ? Batch : Batch * T;
   static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
   static constexpr int proj_stride = static_cast<int>(std::tuple_element_t<2, typename params::tuple>::row_stride);
+  // lora<>: both kernels frozen; an adapter on each projection.
+  static constexpr bool with_lora = Layer::with_lora;
+  template <std::size_t P>
+  static constexpr int row_stride = [] {
+    if constexpr (P < params::count) return static_cast<int>(std::tuple_element_t<P, typename params::tuple>::row_stride);
+    else return 0;
+  }();
   static constexpr std::ptrdiff_t ldp = static_cast<std::ptrdiff_t>(score_stride);
   static constexpr std::ptrdiff_t head_scores = static_cast<std::ptrdiff_t>(T) * ldp;  // one head's P
   static constexpr int band = detail::attention_kernels::tile_rows;
@@ -331,24 +339,35 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
     proj_forward_ = backend::cpu::matmul(ctx, {rows, D, D, false, false, 0, proj_stride}, true);
     if constexpr (!decoding) {
       // d_proj.kernel (D, D) = y^T · d_out; d_y = d_out · proj.kernel^T
-      proj_kernel_grad_ = backend::cpu::matmul(ctx, {D, D, rows, true, false, 0, 0, proj_stride}, false);
+      if constexpr (!with_lora)
+        proj_kernel_grad_ = backend::cpu::matmul(ctx, {D, D, rows, true, false, 0, 0, proj_stride}, false);
       proj_input_grad_ = backend::cpu::matmul(ctx, {rows, D, D, false, true, 0, proj_stride}, false);
       // d_qkv.kernel (D, 3D) = x^T · d_qkv; d_x = d_qkv · qkv.kernel^T
-      qkv_kernel_grad_ = backend::cpu::matmul(ctx, {D, 3 * D, rows, true, false, 0, 0, qkv_stride}, false);
+      if constexpr (!with_lora)
+        qkv_kernel_grad_ = backend::cpu::matmul(ctx, {D, 3 * D, rows, true, false, 0, 0, qkv_stride}, false);
       if (io.d_in) qkv_input_grad_ = backend::cpu::matmul(ctx, {rows, D, 3 * D, false, true, 0, qkv_stride}, false);
+    }
+    if constexpr (with_lora) {
+      constexpr float s = Layer::lora_type::scale;
+      constexpr int r = Layer::lora_rank;
+      qkv_adapter_ = backend::cpu::lora_adapter(ctx, {rows, D, 3 * D, r, s, row_stride<4>, row_stride<5>, 0, 0},
+                                                !decoding, io.d_in != nullptr);
+      proj_adapter_ = backend::cpu::lora_adapter(ctx, {rows, D, D, r, s, row_stride<6>, row_stride<7>, 0, 0},
+                                                 !decoding, true);
     }
   }
 
   std::size_t scratchpad_bytes() const {
     return std::max({qkv_forward_.scratchpad_bytes(), proj_forward_.scratchpad_bytes(),
                      proj_kernel_grad_.scratchpad_bytes(), proj_input_grad_.scratchpad_bytes(),
-                     qkv_kernel_grad_.scratchpad_bytes(), qkv_input_grad_.scratchpad_bytes()});
+                     qkv_kernel_grad_.scratchpad_bytes(), qkv_input_grad_.scratchpad_bytes(),
+                     qkv_adapter_.scratchpad_bytes(), proj_adapter_.scratchpad_bytes()});
   }
 
   // The oneDNN implementations of the projections' matmuls, for reports.
   std::string implementations() const {
     std::string out = std::string("qkv ") + qkv_forward_.implementation() + ", proj " + proj_forward_.implementation();
-    if constexpr (!decoding)
+    if constexpr (!decoding && !with_lora)
       out += std::string(", backward ") + proj_kernel_grad_.implementation() + " / " +
              proj_input_grad_.implementation() + " / " + qkv_kernel_grad_.implementation() +
              (io_.d_in ? std::string(" / ") + qkv_input_grad_.implementation() : std::string());
@@ -356,22 +375,26 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   }
 
   void bind(std::byte* scratchpad) {
-    const float* qkv_kernel = io_.params + params::template offset<0>;
-    const float* qkv_bias = io_.params + params::template offset<1>;
-    const float* proj_kernel = io_.params + params::template offset<2>;
-    const float* proj_bias = io_.params + params::template offset<3>;
+    const float* qkv_kernel = param_data<params, 0>(io_);
+    const float* qkv_bias = param_data<params, 1>(io_);
+    const float* proj_kernel = param_data<params, 2>(io_);
+    const float* proj_bias = param_data<params, 3>(io_);
     qkv_forward_.bind(io_.in, qkv_kernel, qkv_bias, qkv(), scratchpad);
     proj_forward_.bind(concat(), proj_kernel, proj_bias, io_.out, scratchpad);
     if constexpr (!decoding) {
-      proj_kernel_grad_.bind(concat(), io_.d_out, nullptr, io_.grads + params::template offset<2>, scratchpad);
+      if constexpr (!with_lora)
+        proj_kernel_grad_.bind(concat(), io_.d_out, nullptr, param_gradient<params, 2>(io_), scratchpad);
       proj_input_grad_.bind(io_.d_out, proj_kernel, nullptr, d_concat(), scratchpad);
-      qkv_kernel_grad_.bind(io_.in, d_qkv(), nullptr, io_.grads + params::template offset<0>, scratchpad);
+      if constexpr (!with_lora)
+        qkv_kernel_grad_.bind(io_.in, d_qkv(), nullptr, param_gradient<params, 0>(io_), scratchpad);
       if (io_.d_in) qkv_input_grad_.bind(d_qkv(), qkv_kernel, nullptr, io_.d_in, scratchpad);
     }
+    if constexpr (with_lora) bind_adapters(scratchpad);
   }
 
   void forward() {
     qkv_forward_.run();
+    if constexpr (with_lora) qkv_adapter_.forward();
     if constexpr (decoding) {
       decode_attention();
     } else {
@@ -379,24 +402,27 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
     }
     proj_forward_.run();
+    if constexpr (with_lora) proj_adapter_.forward();
   }
 
   void backward() {
     if constexpr (!decoding) {
-      proj_kernel_grad_.run();
-      backend::cpu::column_sums(io_.d_out, rows, D, io_.grads + params::template offset<3>);
+      if constexpr (!with_lora) proj_kernel_grad_.run();
+      backend::cpu::column_sums(io_.d_out, rows, D, param_gradient<params, 3>(io_));
       proj_input_grad_.run();
+      if constexpr (with_lora) proj_adapter_.backward();  // adds to d_y
       const bool drop = with_dropout && io_.run && io_.run->training;
       for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
-      qkv_kernel_grad_.run();
+      if constexpr (!with_lora) qkv_kernel_grad_.run();
       // d qkv.bias: the samples' shares, summed by the heads' backward.
-      float* d_bias = io_.grads + params::template offset<1>;
+      float* d_bias = param_gradient<params, 1>(io_);
       const float* shares = bias_shares();
       for (int c = 0; c < 3 * D; ++c) d_bias[c] = 0.f;
       for (int b = 0; b < Batch; ++b)
 #pragma omp simd
         for (int c = 0; c < 3 * D; ++c) d_bias[c] += shares[b * 3 * D + c];
       if (io_.d_in) qkv_input_grad_.run();
+      if constexpr (with_lora) qkv_adapter_.backward();  // after d_x is written: it adds to it
     }
   }
 
@@ -622,6 +648,31 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   float scale;  // 1 / sqrt(hd)
   backend::cpu::matmul qkv_forward_, proj_forward_;
   backend::cpu::matmul proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;
+  backend::cpu::lora_adapter qkv_adapter_, proj_adapter_;  // with lora<> only
+
+  // The adapters' buffers, after the layer's own workspace: for each, x · A
+  // then d_y · B^T, (rows, Rank).
+  void bind_adapters(std::byte* scratchpad) {
+    constexpr std::size_t buffer = lora_buffer_bytes(static_cast<std::size_t>(rows), Layer::lora_rank);
+    std::byte* at = io_.workspace + align_up(static_cast<std::size_t>(Batch) * Layer::own_workspace_bytes_per_sample);
+    float* b[4];
+    for (auto& p : b) {
+      p = reinterpret_cast<float*>(at);
+      at += buffer;
+    }
+    if constexpr (decoding) {
+      qkv_adapter_.bind(io_.in, param_data<params, 4>(io_), param_data<params, 5>(io_), qkv(), b[0], b[1], nullptr,
+                        nullptr, nullptr, nullptr, scratchpad);
+      proj_adapter_.bind(concat(), param_data<params, 6>(io_), param_data<params, 7>(io_), io_.out, b[2], b[3],
+                         nullptr, nullptr, nullptr, nullptr, scratchpad);
+    } else {
+      qkv_adapter_.bind(io_.in, param_data<params, 4>(io_), param_data<params, 5>(io_), qkv(), b[0], b[1], d_qkv(),
+                        param_gradient<params, 4>(io_), param_gradient<params, 5>(io_), io_.d_in, scratchpad);
+      proj_adapter_.bind(concat(), param_data<params, 6>(io_), param_data<params, 7>(io_), io_.out, b[2], b[3],
+                         io_.d_out, param_gradient<params, 6>(io_), param_gradient<params, 7>(io_), d_concat(),
+                         scratchpad);
+    }
+  }
 };
 
 }  // namespace typeflow

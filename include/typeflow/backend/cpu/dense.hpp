@@ -6,6 +6,9 @@
 // oneDNN 2.6 has no 16-bit matmul for AVX2 CPUs, so the rounded values are
 // held in float32 and the product runs in float32 (precision/storage.hpp);
 // the output is stored in 16 bits when the layers after it read 16 bits.
+//
+// With lora<> the kernel is frozen: no kernel gradient is computed, and the
+// adapter (backend/cpu/lora.hpp) adds its term after the product, in float32.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <type_traits>
 
 #include "typeflow/backend/cpu/context.hpp"
+#include "typeflow/backend/cpu/lora.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/layers/dense.hpp"
@@ -36,23 +40,32 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
   // The kernel's rows are stored padded (see padded_row_length).
   static constexpr int kernel_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
+  static constexpr bool with_lora = Layer::with_lora;
 
  public:
   explicit executor(const layer_io<cpu>& io)
       : io_(io),
         forward_(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true, Layer::fused),
-        // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units)
-        kernel_grad_(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false),
         // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-        input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {}
+        input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {
+    // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), unless the kernel is frozen
+    if constexpr (!with_lora)
+      kernel_grad_ = backend::cpu::matmul(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false);
+    else
+      adapter_ = backend::cpu::lora_adapter(
+          *io.context,
+          {rows, in_features, units, Layer::lora_rank, Layer::lora_type::scale, row_stride<2>, row_stride<3>, 0, 0},
+          true, io.d_in != nullptr);
+  }
 
   std::size_t scratchpad_bytes() const {
-    return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(), input_grad_.scratchpad_bytes()});
+    return std::max({forward_.scratchpad_bytes(), kernel_grad_.scratchpad_bytes(), input_grad_.scratchpad_bytes(),
+                     adapter_.scratchpad_bytes()});
   }
 
   void bind(std::byte* scratchpad) {
-    const float* kernel = io_.params + params::template offset<0>;
-    const float* bias = io_.params + params::template offset<1>;
+    const float* kernel = param_data<params, 0>(io_);
+    const float* bias = param_data<params, 1>(io_);
     const float* in = io_.in;
     float* out = io_.out;
     if constexpr (low_precision) {
@@ -62,7 +75,15 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     if constexpr (copies_input) in = rounded_input();
     if constexpr (stores_16bit) out = output_before_storing();
     forward_.bind(in, kernel, bias, out, scratchpad);
-    kernel_grad_.bind(in, io_.d_out, nullptr, io_.grads + params::template offset<0>, scratchpad);
+    if constexpr (with_lora) {
+      float* kept = reinterpret_cast<float*>(io_.workspace);
+      float* backward_buffer =
+          reinterpret_cast<float*>(io_.workspace + lora_buffer_bytes(static_cast<std::size_t>(rows), Layer::lora_rank));
+      adapter_.bind(in, param_data<params, 2>(io_), param_data<params, 3>(io_), out, kept, backward_buffer, io_.d_out,
+                    param_gradient<params, 2>(io_), param_gradient<params, 3>(io_), io_.d_in, scratchpad);
+    } else {
+      kernel_grad_.bind(in, io_.d_out, nullptr, param_gradient<params, 0>(io_), scratchpad);
+    }
     if (io_.d_in) input_grad_.bind(io_.d_out, kernel, nullptr, io_.d_in, scratchpad);
   }
 
@@ -70,6 +91,7 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     if constexpr (low_precision) round_weights();
     if constexpr (copies_input) round_input();
     forward_.run();
+    if constexpr (with_lora) adapter_.forward();
     if constexpr (stores_16bit)
       precision::from_float<compute_dtype>(output_before_storing(),
                                            reinterpret_cast<typename compute_dtype::value_type*>(io_.out),
@@ -87,14 +109,16 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
       round_weights();
     }
     if constexpr (copies_input) round_input();
-    kernel_grad_.run();
+    if constexpr (!with_lora) kernel_grad_.run();
     bias_gradient();
-    if constexpr (low_precision)
-      precision::round_in_place<compute_dtype>(io_.grads, kernel_floats + static_cast<std::size_t>(units));
-    if (io_.d_in) {
-      input_grad_.run();
-      if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
+    if constexpr (low_precision) {
+      if constexpr (!with_lora) precision::round_in_place<compute_dtype>(param_gradient<params, 0>(io_), kernel_floats);
+      precision::round_in_place<compute_dtype>(param_gradient<params, 1>(io_), static_cast<std::size_t>(units));
     }
+    if (io_.d_in) input_grad_.run();
+    if constexpr (with_lora) adapter_.backward();  // after d_in is written: it adds to it
+    if constexpr (low_precision)
+      if (io_.d_in) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
   }
 
  private:
@@ -110,7 +134,15 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   float* rounded_kernel() const { return reinterpret_cast<float*>(io_.scratch + weights_offset); }
 
   // The weights as this step's product sees them (Keras casts them at each call).
-  void round_weights() { precision::round_into<compute_dtype>(io_.params, rounded_kernel(), kernel_floats + bias_floats); }
+  void round_weights() {
+    precision::round_into<compute_dtype>(param_data<params, 0>(io_), rounded_kernel(), kernel_floats);
+    precision::round_into<compute_dtype>(param_data<params, 1>(io_), rounded_kernel() + kernel_floats, bias_floats);
+  }
+  template <std::size_t P>
+  static constexpr int row_stride = [] {
+    if constexpr (P < params::count) return static_cast<int>(std::tuple_element_t<P, typename params::tuple>::row_stride);
+    else return 0;
+  }();
   // The input as float32, holding values of the compute dtype.
   void round_input() {
     if constexpr (std::is_same_v<input_dtype, float32>) {
@@ -126,10 +158,11 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   }
 
   // d_bias (units) = the column sums of d_out (rows, units).
-  void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, io_.grads + params::template offset<1>); }
+  void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, param_gradient<params, 1>(io_)); }
 
   layer_io<cpu> io_;
   backend::cpu::matmul forward_, kernel_grad_, input_grad_;
+  backend::cpu::lora_adapter adapter_;  // with lora<> only
 };
 
 }  // namespace typeflow

@@ -1,7 +1,7 @@
 // The CPU gemm: oneDNN's matmul primitive behind one small interface.
 //
 //   C (m, n) = op(A) (m, k) · op(B) (k, n)  [+ bias (n)]  [then epilogue]
-//   or, with accumulate, C += op(A) · op(B)
+//   or, with accumulate, C += op(A) · op(B); with a scale s, s · op(A) · op(B)
 //
 // op() is a transpose expressed through strides, so no operand is copied. The
 // primitive is created once (at set-up), bound once to fixed arena addresses,
@@ -34,7 +34,7 @@ class matmul {
   matmul() = default;
 
   matmul(context& ctx, gemm_shape shape, bool with_bias, epilogue after = epilogue::none,
-         bool accumulate = false)
+         bool accumulate = false, float scale = 1.f)
       : ctx_(&ctx), shape_(shape), with_bias_(with_bias) {
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
@@ -49,6 +49,7 @@ class matmul {
 
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (scale != 1.f) attr.set_output_scales(0, {scale});
     dnnl::post_ops ops;
     if (accumulate) ops.append_sum(1.f);
     if (after != epilogue::none) ops.append_eltwise(1.f, algorithm_of(after), 0.f, 0.f);

@@ -320,6 +320,9 @@ class layer_norm_executor {
 // Which specs run on tf::cuda, and through which executor above.
 template <int Units, class... Options, class Layer, int Batch>
 class executor<dense<Units, Options...>, Layer, Batch, cuda> : public backend::cuda::dense_executor<Layer, Batch> {
+  static_assert(executor_check<layer_spec<dense<Units, Options...>>, on_device<cuda>, !Layer::with_lora>::passed,
+                "dense<Units, lora<...>>: LoRA adapters run on the CPU only for now (docs/architecture.md)");
+
  public:
   using backend::cuda::dense_executor<Layer, Batch>::dense_executor;
 };
