@@ -214,3 +214,46 @@ TEST_CASE("frozen: summary counts a frozen layer's parameters as non-trainable, 
   CHECK(text.find("Trainable params: 596") != std::string::npos);
   CHECK(text.find("Non-trainable params: 416") != std::string::npos);
 }
+
+TEST_CASE("frozen inside repeat: each block's attention half frozen, its MLP half trained as the unfrozen model's") {
+  using half_frozen_block = tf::sequential<tf::frozen<tf::residual<tf::layer_norm, tf::causal_self_attention<2>>>,
+                                           tf::residual<tf::layer_norm, tf::dense<64>, tf::gelu, tf::dense<32>>>;
+  using nested = tf::sequential<tf::typed_input<tf::int32, 16>, tf::embedding<20, 32>, tf::positional_embedding<16>,
+                                tf::repeat<2, half_frozen_block>, tf::layer_norm, tf::dense<20>>;
+  // The plan: the two attention halves (layer_norm and both projections) have no gradient and no slot.
+  constexpr std::size_t attention_floats =
+      2 * (2 * tf::aligned_floats(32) + tf::aligned_floats(32 * tf::padded_row_length(96)) + tf::aligned_floats(96) +
+           tf::aligned_floats(32 * tf::padded_row_length(32)) + tf::aligned_floats(32));
+  static_assert(nested::trainable_floats == gpt::trainable_floats - attention_floats);
+  static_assert(nested::parameter_floats == gpt::parameter_floats);
+
+  tf::model<nested> frozen{11};
+  tf::model<gpt> unfrozen{11};
+  // The same names: frozen<> inside a block names its tensors as the block would.
+  for (const auto& spec : frozen.parameter_specs()) {
+    const auto source = frozen.parameter(spec.name);
+    auto target = unfrozen.parameter(spec.name);
+    REQUIRE(source.size() == target.size());
+    for (std::size_t i = 0; i < source.size(); ++i) target[i] = source[i];
+  }
+  compile(frozen);
+  compile(unfrozen);
+  std::vector<std::int32_t> ids(16 * 40);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + i / 3) % 20);
+  auto data = tf::data::lm_windows<16>(ids, 16) | tf::data::batch<8>;
+  typename decltype(data)::element_type batch;
+  auto cursor = data.open();
+  REQUIRE(cursor.next(batch));
+  CHECK(frozen.train_on_batch(batch) == unfrozen.train_on_batch(batch));
+  for (const std::string name : {"blocks.0.dense.kernel", "blocks.1.dense_1.bias", "layers.1.embeddings", "layers.5.kernel"})
+    CHECK(values(frozen.gradient(name)) == values(unfrozen.gradient(name)));
+  CHECK_THROWS_WITH_AS(frozen.gradient("blocks.1.attn.qkv.kernel"), doctest::Contains("is frozen"), std::invalid_argument);
+  const auto attention = values(frozen.parameter("blocks.0.attn.proj.kernel"));
+  const auto gamma = values(frozen.parameter("blocks.1.layer_norm.gamma"));
+  const auto mlp = values(frozen.parameter("blocks.0.dense.kernel"));
+  const auto h = frozen.fit(tf::data::lm_windows<16>(ids, 1) | tf::data::batch<8>, {.epochs = 2, .verbose = 0});
+  CHECK(h["loss"].back() < h["loss"].front());
+  CHECK(values(frozen.parameter("blocks.0.attn.proj.kernel")) == attention);
+  CHECK(values(frozen.parameter("blocks.1.layer_norm.gamma")) == gamma);
+  CHECK(values(frozen.parameter("blocks.0.dense.kernel")) != mlp);
+}

@@ -157,6 +157,27 @@ struct name_leaves<param_list<Ps...>> {
   using type = decltype(make(std::make_index_sequence<count>{}));
 };
 
+// A list's parameters made frozen (frozen<...>), wrapped inside their naming
+// wrappers so that the names are still made as for any child's.
+template <class P>
+struct freeze {
+  using type = frozen_param<P>;
+};
+template <class P, class S, std::size_t L>
+struct freeze<leaf_param<P, S, L>> {
+  using type = leaf_param<typename freeze<P>::type, S, L>;
+};
+template <class P, class N>
+struct freeze<named_param<P, N>> {
+  using type = named_param<typename freeze<P>::type, N>;
+};
+template <class List>
+struct freeze_all;
+template <class... Ps>
+struct freeze_all<param_list<Ps...>> {
+  using type = param_list<typename freeze<Ps>::type...>;
+};
+
 // Every name of a list prefixed with Parts... ("blocks", "3").
 template <class List, class... Parts>
 struct prefix_names;

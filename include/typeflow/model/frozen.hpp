@@ -19,10 +19,13 @@
 // does not update them; dropout, too, passes everything through (Keras would
 // still drop; a frozen pretrained body is usually run as in inference).
 //
-// frozen<...> is one layer of the network (its parameters are named like a
-// nested sequential's: "layers.1.embedding.embeddings"); inside another
-// combinator it is a compile error, since that combinator's parameters
-// would then be partly trained.
+// Its parameters are frozen tensors (frozen_param, model/layer.hpp), named
+// like a nested sequential's ("layers.1.embedding.embeddings" at the top
+// level, "blocks.3.dense.kernel" inside repeat<>), so frozen<...> goes
+// wherever a block does: at the top level, or inside repeat, residual,
+// recompute or a nested sequential (repeat<4, sequential<frozen<attention
+// half>, trained MLP half>>). A layer with lora<> inside it is a compile
+// error: freeze a layer or adapt it.
 #pragma once
 
 #include <cstddef>
@@ -51,14 +54,17 @@ struct frozen {
   template <class In, class Context>
   struct bind : chain_binding_after<Context, In, false, first_previous<Context>, Layers...> {
     using chain = chain_binding_after<Context, In, false, first_previous<Context>, Layers...>;
-    static_assert(layer_check<layer_at<Context::position, frozen>, given<In>, !Context::nested>::passed,
-                  "frozen<Layers...> freezes whole layers of the network: use it at the network's top level "
-                  "(write frozen<repeat<2, block>>, not repeat<2, frozen<block>>; frozen<residual<...>>, not "
-                  "residual<frozen<...>>)");
+    static_assert(layer_check<layer_at<Context::position, frozen>, given<In>, chain::params::frozen_floats == 0>::passed,
+                  "frozen<Layers...>: a layer inside it has lora<> adapters, which would stay trained; freeze the "
+                  "layer or adapt it, not both");
     static_assert(layer_check<layer_at<Context::position, frozen>, given<In>, !chain::uses_tied_embedding>::passed,
                   "frozen<...>: tied_logits inside frozen reads the embedding's gradient; freeze the embedding "
                   "and keep the head outside, or freeze both");
-    static constexpr bool trainable = false;
+    // Every parameter of its children, frozen: in the plan's frozen region,
+    // in the order the chain lays them out (its children have no frozen
+    // tensors of their own, above).
+    using params = typename detail::freeze_all<typename chain::params>::type;
+    static constexpr bool trainable = false;  // summary() shows it as a frozen layer
     // Run by frozen's own executor (below), not as a plain chain.
     static constexpr bool is_chain = false;
     static constexpr bool is_frozen = true;
@@ -101,9 +107,13 @@ class executor<frozen<Layers...>, Layer, Batch, Device> {
 
  private:
   static layer_io<Device> chain_io(layer_io<Device> io, const run_state* run) {
-    // The discard buffer: after what the chain's own scratch may take.
+    // The children read their parameters where the plan put frozen<>'s,
+    // and write their gradients into the discard buffer, after what the
+    // chain's own scratch may take.
     const std::size_t chain_scratch =
         align_up(static_cast<std::size_t>(Batch) * chain::scratch_bytes_per_sample + chain::scratch_bytes_per_step);
+    io.params = io.frozen_params;
+    io.frozen_params = nullptr;
     io.grads = reinterpret_cast<float*>(io.scratch + chain_scratch);
     io.run = run;
     return io;
