@@ -248,7 +248,6 @@ class model {
     const std::span<const float> region = engine_.parameters();
     std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
-    values.reserve(parameters::count());  // the tensors point into it
     parameters::for_each([&](const parameter_info& p) {
       if (options.merge_lora && p.lora_scale != 0.f) return;  // folded into its kernel
       std::string name = options.rename ? options.rename(p.name) : p.name;

@@ -61,13 +61,6 @@ struct parameter_table {
     }(std::make_index_sequence<Net::layer_count>{});
   }
 
-  // How many tensors the network has.
-  static constexpr std::size_t count() {
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (std::size_t{0} + ... + Net::template layer<I>::params::count);
-    }(std::make_index_sequence<Net::layer_count>{});
-  }
-
   // Throws std::out_of_range naming what is missing.
   static info find(std::string_view name) {
     std::optional<info> found;
