@@ -97,7 +97,10 @@ class prefetch_state {
         if (got) {
           ++filled_;
         } else {
-          error_ = error;
+          // Moved, not copied: the consumer must hold the last reference, or
+          // this thread frees the exception while the consumer still reads it
+          // (safe through libstdc++'s atomics, which ThreadSanitizer cannot see).
+          error_ = std::move(error);
           ended_ = true;
         }
       }

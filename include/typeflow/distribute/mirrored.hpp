@@ -116,7 +116,7 @@ class replica_pool {
       }
       {
         std::lock_guard lock(mutex_);
-        if (failure && !error_) error_ = failure;
+        if (failure && !error_) error_ = std::move(failure);  // the caller holds the last reference
         --pending_;
       }
       done_.notify_one();
