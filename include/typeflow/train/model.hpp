@@ -91,7 +91,7 @@ struct loss_input_dtype<Net, 0> {
 
 template <class Network, class Policy = float32, class Strategy = single_device, class Device = cpu>
 class model {
-  static_assert(is_sequential_v<Network>, "model<Net>: Net must be a sequential<input<...>, layers...>");
+  static_assert(is_sequential_v<Network>, "model<Net>: Net must be a sequential<input<...>, layers...> or a functional<input<...>, nodes...>");
   static_assert(is_policy_v<typename detail::policy_of<Policy>::type>,
                 "model<Net, Policy>: Policy is float32, mixed_float16, mixed_bfloat16 or a policy<Param, Compute, Output>");
   static_assert(std::is_same_v<Device, cpu> || std::is_same_v<Device, cuda>,

@@ -72,5 +72,11 @@ inline void copy_bytes(context&, void* to, const void* from, std::size_t bytes) 
 inline void add_in_place(context&, float* to, const float* from, std::size_t count) {
   parallel_for(static_cast<std::ptrdiff_t>(count), [=](std::ptrdiff_t i) { to[i] += from[i]; });
 }
+// f(i) for i in [0, n): an element functor written once for both devices
+// (TYPEFLOW_HOST_DEVICE; the merge layers' executors use it).
+template <class F>
+inline void for_each_index(context&, std::size_t n, F f) {
+  parallel_for(static_cast<std::ptrdiff_t>(n), [=](std::ptrdiff_t i) { f(static_cast<std::size_t>(i)); });
+}
 
 }  // namespace typeflow::backend::cpu

@@ -43,6 +43,11 @@ namespace detail {
 struct add_fn {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
+template <class F>
+__global__ void for_each_index_kernel(std::size_t n, F f) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
 }  // namespace detail
 
 inline void copy_bytes(context& c, void* to, const void* from, std::size_t bytes) {
@@ -51,6 +56,14 @@ inline void copy_bytes(context& c, void* to, const void* from, std::size_t bytes
 // to[i] += from[i]
 inline void add_in_place(context& c, float* to, const float* from, std::size_t count) {
   map2(to, from, to, count, detail::add_fn{}, c.stream);
+}
+// f(i) for i in [0, n): an element functor written once for both devices
+// (TYPEFLOW_HOST_DEVICE; the merge layers' executors use it).
+template <class F>
+inline void for_each_index(context& c, std::size_t n, F f) {
+  if (n == 0) return;
+  detail::for_each_index_kernel<<<blocks_for(n, elementwise_threads), elementwise_threads, 0, c.stream>>>(n, f);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace typeflow::backend::cuda
