@@ -214,3 +214,29 @@ TEST_CASE("maximum and minimum route each element's gradient to the input that w
   minima.backward_input(0, d_out.data(), d_in.data());
   CHECK(d_in == std::vector<float>{0, 0, 0, 0, 0, 0, 7, 8});
 }
+
+TEST_CASE("summary() lists a functional model's nodes with the nodes each reads") {
+  using block = tf::sequential<tf::dense<16>, tf::relu, tf::dense<16>>;
+  using net = tf::functional<tf::input<16>,                           //
+                             tf::node<"stem", tf::dense<16>, "input">,  //
+                             tf::node<"block", block, "stem">,          //
+                             tf::node<"sum", tf::add, "block", "stem">,  //
+                             tf::node<"again", tf::shared<"stem">, "sum">,  //
+                             tf::node<"logits", tf::dense<4>, "again">>;
+  const std::string text = tf::summary_text<net>();
+  MESSAGE(text);
+  CHECK(text.find("Model: \"functional\"") != std::string::npos);
+  CHECK(text.find("Connected to") != std::string::npos);
+  const auto line_of = [&](const std::string& start) {
+    const std::size_t at = text.find("\n " + start);
+    REQUIRE(at != std::string::npos);
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  CHECK(line_of("sum (add)").ends_with("block, stem"));
+  CHECK(line_of("stem (dense<16>)").find("272") != std::string::npos);  // 16 * 16 + 16
+  CHECK(line_of("again (shared<\"stem\">)").ends_with("sum"));
+  CHECK(line_of("  dense_1 (dense<16>)").find("272") != std::string::npos);  // the block's second dense
+  CHECK(text.find("Total params: 884") != std::string::npos);  // 272 + 544 + 68: the shared use adds none
+  // A sequential's table has no such column.
+  CHECK(tf::summary_text<chain>().find("Connected to") == std::string::npos);
+}

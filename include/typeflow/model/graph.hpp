@@ -248,7 +248,10 @@ struct graph_scope {
 };
 
 // The rules one node must satisfy, each stated with the node's name.
-template <class NodeList, class Names, class Bound, std::size_t K, class Reads>
+// Wired: every name is unique and found, and read in order; the rules that
+// follow from the wiring (every node read, merges' shapes) are checked only then,
+// so that one mistake gives one error.
+template <class NodeList, class Names, class Bound, std::size_t K, class Reads, bool Wired>
 struct check_node {
   using node_type = std::tuple_element_t<K - 1, NodeList>;
   static constexpr std::size_t first_with_name = Names::find(node_type::name);
@@ -283,7 +286,7 @@ struct check_node {
                 "read several");
   static_assert(graph_check<node_type, given<>, !merge || node_type::input_count >= 2>::passed,
                 "graph<Nodes...>: a merge node reads two nodes or more");
-  static_assert(graph_check<node_type, given<>, Reads::value[K] || K == Names::count>::passed,
+  static_assert(graph_check<node_type, given<>, Reads::value[K] || K == Names::count || !Wired>::passed,
                 "graph<Nodes...>: nothing reads this node; every node but the last (the output) must feed another");
 };
 
@@ -308,8 +311,10 @@ struct graph_binding : layer_defaults {
   using spec_at = typename detail::bind_node<Context, node_list, names, bound, K>::spec;
 
   static constexpr std::size_t max_inputs = std::max({std::size_t{1}, Nodes::input_count...});
-  // sources[k][j]: the node that node k's input j reads (0 = input).
-  static constexpr auto sources = [] {
+  // raw_sources[k][j]: the node that node k's input j reads (0 = input), or
+  // no_node; sources: the same where the wiring is sound (0 elsewhere, so
+  // that one mistake gives one error, not out-of-range reads).
+  static constexpr auto raw_sources = [] {
     std::array<std::array<std::size_t, max_inputs>, count + 1> at{};
     std::size_t k = 1;
     ((
@@ -322,6 +327,13 @@ struct graph_binding : layer_defaults {
     return at;
   }();
   static constexpr std::array<std::size_t, count + 1> input_counts{std::size_t{0}, Nodes::input_count...};
+  static constexpr auto sources = [] {
+    auto at = raw_sources;
+    for (std::size_t k = 1; k <= count; ++k)
+      for (std::size_t j = 0; j < input_counts[k]; ++j)
+        if (at[k][j] >= k) at[k][j] = 0;
+    return at;
+  }();
 
   // Whether something reads node i.
   struct reads {
@@ -333,10 +345,19 @@ struct graph_binding : layer_defaults {
       return read;
     }();
   };
-  static_assert(graph_check<graph_input_node, given<In>, reads::value[0]>::passed,
+  // Whether every name is unique and every node reads earlier ones.
+  static constexpr bool wired = [] {
+    for (std::size_t k = 1; k <= count; ++k) {
+      if (names::find(names::names[k]) != k) return false;
+      for (std::size_t j = 0; j < input_counts[k]; ++j)
+        if (raw_sources[k][j] >= k) return false;
+    }
+    return true;
+  }();
+  static_assert(graph_check<graph_input_node, given<In>, reads::value[0] || !wired>::passed,
                 "graph<Nodes...>: no node reads the graph's input (\"input\")");
   static constexpr bool checked = []<std::size_t... K>(std::index_sequence<K...>) {
-    return ((sizeof(detail::check_node<node_list, names, bound, K + 1, reads>) > 0) && ...);
+    return ((sizeof(detail::check_node<node_list, names, bound, K + 1, reads, wired>) > 0) && ...);
   }(std::make_index_sequence<count>{});
 
  private:
@@ -400,7 +421,7 @@ struct graph_binding : layer_defaults {
                   "graph<Nodes...>: shared<\"x\"> names a node that does not exist or comes later; name a node "
                   "before this one");
     static_assert(graph_check<std::conditional_t<(K > 0), node_type<(K > 0 ? K : 1)>, graph_input_node>,
-                              given_at<K>, shared_fits<K>()>::passed,
+                              given_at<K>, shared_fits<K>() || !wired>::passed,
                   "graph<Nodes...>: shared<\"x\"> applies node x's layer to an input whose shape gives it other "
                   "parameters than at x; a shared layer needs inputs of one shape");
   };
@@ -417,7 +438,7 @@ struct graph_binding : layer_defaults {
         return true;
     }();
     static_assert(graph_check<std::conditional_t<(K > 0), node_type<(K > 0 ? K : 1)>, graph_input_node>,
-                              given_at<K>, ok>::passed,
+                              given_at<K>, ok || !wired>::passed,
                   "graph<Nodes...>: a merge's inputs do not fit: add, subtract, multiply, average, maximum and "
                   "minimum take inputs of one shape (subtract exactly two), concatenate<Axis> inputs equal but "
                   "along Axis, dot two vectors of one length");

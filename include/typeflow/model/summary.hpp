@@ -97,6 +97,7 @@ namespace summary_table {
 struct row {
   int depth = 0;
   std::string label, shape, dtype, params, trainable, bytes;
+  std::string connected;  // a graph node's inputs ("Connected to")
 };
 
 // repeat<N, ...>: the copies and the block; anything else: no copies.
@@ -113,6 +114,8 @@ struct repeat_of<repeat<N, Layers...>> {
 
 template <class Bound>
 concept has_children = requires { typename Bound::children; };
+template <class Bound>
+concept is_graph_binding = requires { Bound::is_graph; };
 
 // A combinator's type as a row shows it: whole when short, else "kind<...>"
 // ("repeat<12, ...>"), since its children's rows follow.
@@ -148,6 +151,10 @@ inline std::string leaf_name(const std::string& full, std::string_view own) {
   return prefix.substr(start);
 }
 
+template <class Bound>
+void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::vector<std::string>& names,
+                    std::size_t& cursor);
+
 // Walks a bound layer and its children, adding their rows. names holds the
 // full parameter names of the top-level layer in order; cursor is the next
 // one this layer's parameters take.
@@ -177,6 +184,10 @@ void add_rows(std::vector<row>& rows, int depth, bool frozen, const std::vector<
       }(std::make_index_sequence<Bound::n>{});
     }
     cursor = start + params::count;
+  } else if constexpr (is_graph_binding<Bound>) {
+    r.label = Spec::type_name() + suffix;
+    rows.push_back(std::move(r));
+    add_graph_rows<Bound>(rows, depth + 1, frozen, names, cursor);
   } else {
     if constexpr (params::count > 0) {
       const std::string_view own = std::tuple_element_t<0, typename params::tuple>::name;
@@ -188,6 +199,57 @@ void add_rows(std::vector<row>& rows, int depth, bool frozen, const std::vector<
     cursor += params::count;
     rows.push_back(std::move(r));
   }
+}
+
+// A graph's nodes, one row each with the nodes it reads ("Connected to"),
+// a block's children under it. A node's row is named by the node; the rows
+// inside a block by their parameters, as elsewhere.
+template <class Bound>
+void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::vector<std::string>& names,
+                    std::size_t& cursor) {
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (
+        [&] {
+          constexpr std::size_t k = K + 1;
+          using node = typename Bound::template node_at<k>;
+          using node_spec = typename Bound::template node_type<k>;
+          const bool owns = Bound::shared_with[k] == static_cast<std::size_t>(-1);
+          row r;
+          r.depth = depth;
+          r.shape = batched_shape<typename node::output_shape>();
+          r.dtype = std::string(node::compute_dtype::name);
+          r.params = with_thousands(owns ? node::params::parameter_count : 0);
+          r.trainable = with_thousands(owns && !frozen ? node::params::trainable_count : 0);
+          const std::string layer_name = [] {
+            if constexpr (requires { node_spec::layer::type_name(); })
+              return node_spec::layer::type_name();
+            else
+              return std::string("?");
+          }();
+          r.label = std::string(node_spec::name) + " (" + short_type_name(layer_name) + ")";
+          for (std::size_t j = 0; j < Bound::input_counts[k]; ++j)
+            r.connected += (j ? ", " : "") + std::string(Bound::names::names[Bound::sources[k][j]]);
+          rows.push_back(std::move(r));
+          if (!owns) return;
+          if constexpr (has_children<node>) {
+            // The node's own names, from the node on: "block.dense.kernel" -> "dense.kernel".
+            std::vector<std::string> own;
+            const std::string mark = std::string(node_spec::name) + ".";
+            for (std::size_t p = cursor; p < cursor + node::params::count && p < names.size(); ++p) {
+              const std::size_t at = names[p].rfind(mark);
+              own.push_back(at == std::string::npos ? names[p] : names[p].substr(at + mark.size()));
+            }
+            std::size_t inner = 0;
+            [&]<std::size_t... C>(std::index_sequence<C...>) {
+              (add_rows<typename node::template child<C>, typename node::template child_spec<C>>(rows, depth + 1, frozen,
+                                                                                                 own, inner, ""),
+               ...);
+            }(std::make_index_sequence<node::n>{});
+          }
+          cursor += node::params::count;
+        }(),
+        ...);
+  }(std::make_index_sequence<Bound::count>{});
 }
 
 // The rows of top-level layer I of Net: the layer, then its children.
@@ -208,7 +270,19 @@ void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
   r.trainable = with_thousands(trained);
   r.bytes = shared ? "shared" : human_bytes(bytes);
   rows.push_back(std::move(r));
-  if constexpr (I > 0 && has_children<layer>) {
+  if constexpr (I > 0 && is_graph_binding<layer>) {
+    std::vector<std::string> names;
+    const std::string prefix = layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".";
+    [&]<std::size_t... P>(std::index_sequence<P...>) {
+      (names.push_back(prefix + std::string(std::tuple_element_t<P, typename layer::params::tuple>::name)), ...);
+    }(std::make_index_sequence<layer::params::count>{});
+    std::size_t cursor = 0;
+    // functional<>: the nodes are the model's rows; a graph inside a
+    // sequential shows them under its own row.
+    const bool whole = layer::absolute_names;
+    if (whole) rows.pop_back();
+    add_graph_rows<layer>(rows, whole ? 0 : 1, !Net::trainable[I], names, cursor);
+  } else if constexpr (I > 0 && has_children<layer>) {
     std::vector<std::string> names;
     const std::string prefix = layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".";
     [&]<std::size_t... P>(std::index_sequence<P...>) {
@@ -256,10 +330,10 @@ inline std::string wrapped(const std::string& text, std::size_t width) {
 
 // The table laid out within line_length (0: no limit).
 inline std::string layout(const std::vector<row>& rows, std::size_t line_length) {
-  constexpr std::size_t columns = 6;
-  const std::array<const char*, columns> headers{"Layer (type)", "Output Shape", "Dtype",
-                                                 "Param #",      "Trainable",    "Output bytes"};
-  const std::array<std::size_t, columns> keras_widths{27, 21, 10, 12, 12, 12};
+  constexpr std::size_t columns = 7;
+  const std::array<const char*, columns> headers{"Layer (type)", "Output Shape", "Dtype",       "Param #",
+                                                 "Trainable",    "Output bytes", "Connected to"};
+  const std::array<std::size_t, columns> keras_widths{27, 21, 10, 12, 12, 12, 20};
   const auto cell = [](const row& r, std::size_t c) -> std::string {
     switch (c) {
       case 0: return std::string(2 * static_cast<std::size_t>(r.depth), ' ') + r.label;
@@ -267,7 +341,8 @@ inline std::string layout(const std::vector<row>& rows, std::size_t line_length)
       case 2: return r.dtype;
       case 3: return r.params;
       case 4: return r.trainable;
-      default: return r.bytes;
+      case 5: return r.bytes;
+      default: return r.connected;
     }
   };
   std::array<std::size_t, columns> fitted{};
@@ -275,7 +350,9 @@ inline std::string layout(const std::vector<row>& rows, std::size_t line_length)
     fitted[c] = std::string_view(headers[c]).size();
     for (const row& r : rows) fitted[c] = std::max(fitted[c], cell(r, c).size());
   }
-  std::array<bool, columns> shown{true, true, true, true, true, true};
+  // "Connected to" only for a graph's rows.
+  const bool graph = std::any_of(rows.begin(), rows.end(), [](const row& r) { return !r.connected.empty(); });
+  std::array<bool, columns> shown{true, true, true, true, true, true, graph};
   std::array<std::size_t, columns> width{};
   // " a b c": a leading space before each column.
   const auto total = [&] {
@@ -284,9 +361,9 @@ inline std::string layout(const std::vector<row>& rows, std::size_t line_length)
       if (shown[c]) sum += 1 + width[c];
     return sum;
   };
-  for (std::size_t c = 0; c < columns; ++c) width[c] = std::max(fitted[c], keras_widths[c]);
+  for (std::size_t c = 0; c < columns; ++c) width[c] = shown[c] ? std::max(fitted[c], keras_widths[c]) : 0;
   if (line_length > 0 && total() > line_length) {
-    width = fitted;
+    for (std::size_t c = 0; c < columns; ++c) width[c] = shown[c] ? fitted[c] : 0;
     // Whole names before optional columns: Output bytes, Trainable, Dtype
     // go in turn until the names fit; if they never do, they are cut.
     for (std::size_t drop : {columns, std::size_t{5}, std::size_t{4}, std::size_t{2}}) {
@@ -363,7 +440,15 @@ std::string summary_text(std::size_t line_length = 0) {
   }(std::make_index_sequence<Net::layer_count>{});
   const std::size_t rule_length = table.find('\n');
   using detail::summary_table::wrapped;
-  std::string out = wrapped("Model: \"sequential\"  (policy: " + policy_name<typename Net::policy>() + ")", line_length);
+  constexpr bool functional_net = [] {
+    if constexpr (Net::layer_count == 2 && detail::summary_table::is_graph_binding<typename Net::template layer<1>>)
+      return Net::template layer<1>::absolute_names;
+    else
+      return false;
+  }();
+  std::string out = wrapped(std::string("Model: \"") + (functional_net ? "functional" : "sequential") +
+                                "\"  (policy: " + policy_name<typename Net::policy>() + ")",
+                            line_length);
   out += table;
   out += wrapped("Total params: " + detail::with_thousands(total) + " (" +
                      detail::human_bytes(total * sizeof(float)) + ", float32)",
