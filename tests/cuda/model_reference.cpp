@@ -20,10 +20,12 @@ toy_data make_data() {
   return d;
 }
 
-run_result train_on_cpu(int epochs) {
+namespace {
+template <class Net>
+run_result train(int epochs) {
   const toy_data d = make_data();
   auto data = tf::data::from_tensor_slices<tf::shape<32>>(d.features, d.labels) | tf::data::batch<batch>;
-  tf::model<mlp> model(seed);
+  tf::model<Net> model(seed);
   model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
                 tf::metrics::sparse_categorical_accuracy{});
@@ -35,5 +37,9 @@ run_result train_on_cpu(int epochs) {
   r.parameters.assign(region.begin(), region.end());
   return r;
 }
+}  // namespace
+
+run_result train_on_cpu(int epochs) { return train<mlp>(epochs); }
+run_result train_graph_on_cpu(int epochs) { return train<graph_net>(epochs); }
 
 }  // namespace cuda_reference

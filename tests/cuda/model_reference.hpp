@@ -15,6 +15,23 @@ namespace tf = typeflow;
 
 using mlp = tf::sequential<tf::input<32>, tf::dense<64>, tf::relu, tf::dropout<0.25f>, tf::layer_norm, tf::dense<48>,
                            tf::tanh, tf::dense<40>, tf::gelu, tf::dense<10>>;
+// A functional graph with every kind of wiring: two branches from the input,
+// a concatenation, a skip add, a product, an in-place layer_norm, a shared
+// dense applied twice, a maximum and the input read twice.
+using graph_net = tf::functional<tf::input<32>,                                      //
+                                 tf::node<"a", tf::dense<64>, "input">,                //
+                                 tf::node<"ar", tf::relu, "a">,                        //
+                                 tf::node<"b", tf::dense<64>, "input">,                //
+                                 tf::node<"bt", tf::tanh, "b">,                        //
+                                 tf::node<"cat", tf::concatenate<>, "ar", "bt">,       //
+                                 tf::node<"h", tf::dense<64>, "cat">,                  //
+                                 tf::node<"s", tf::add, "h", "ar">,                    //
+                                 tf::node<"m", tf::multiply, "s", "bt">,               //
+                                 tf::node<"ln", tf::layer_norm, "m">,                  //
+                                 tf::node<"cat2", tf::concatenate<>, "ln", "ar">,      //
+                                 tf::node<"again", tf::shared<"h">, "cat2">,           //
+                                 tf::node<"mx", tf::maximum, "again", "ln">,           //
+                                 tf::node<"logits", tf::dense<10>, "mx">>;
 constexpr int batch = 16;
 constexpr int samples = 160;  // 10 steps an epoch
 constexpr std::uint64_t seed = 7;
@@ -31,7 +48,8 @@ struct run_result {
   std::vector<float> parameters;       // the parameter region after training
 };
 
-// Trains `mlp` with Adam for `epochs` epochs over make_data() (no shuffle).
+// Trains `mlp` (or graph_net) with Adam for `epochs` epochs over make_data() (no shuffle).
 run_result train_on_cpu(int epochs);
+run_result train_graph_on_cpu(int epochs);
 
 }  // namespace cuda_reference

@@ -58,14 +58,15 @@ struct node {
 // The layer of node Node, applied again: the same parameters, its own input.
 template <fixed_string Node>
 struct shared {
+  static constexpr bool is_shared_use = true;
   static constexpr std::string_view node = Node.view();
   static std::string type_name() { return "shared<\"" + std::string(node) + "\">"; }
 };
 
+// (Found by its member, not by matching shared<N>: nvcc's front end does
+// not deduce a class-type template argument in a partial specialisation.)
 template <class T>
-inline constexpr bool is_shared_v = false;
-template <fixed_string N>
-inline constexpr bool is_shared_v<shared<N>> = true;
+inline constexpr bool is_shared_v = requires { T::is_shared_use; };
 
 // A check whose name carries the node and the facts: g++ prints
 // "'graph_check<node<..."b"...>, given<shape<8>, shape<4>>, false>::passed'
@@ -134,9 +135,10 @@ struct spec_of_layer {
   using type = Layer;
   static constexpr std::size_t target = no_node;
 };
-template <class NodeList, class Names, fixed_string N>
-struct spec_of_layer<NodeList, Names, shared<N>> {
-  static constexpr std::size_t target = Names::find(N.view());
+template <class NodeList, class Names, class Layer>
+  requires is_shared_v<Layer>
+struct spec_of_layer<NodeList, Names, Layer> {
+  static constexpr std::size_t target = Names::find(Layer::node);
   static constexpr bool found = target != no_node && target > 0;
   using target_layer = typename std::conditional_t<found, std::tuple_element<(found ? target - 1 : 0), NodeList>,
                                                    std::type_identity<node<"", unbound_node>>>::type::layer;

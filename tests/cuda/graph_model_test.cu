@@ -1,0 +1,41 @@
+// A functional graph (merges, a shared layer, in-place layers) trained on the
+// GPU against the same model on the CPU: the merge layers' kernels, the
+// graph's gradient buffers and the shared layer's summed gradient on CUDA.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <typeflow/cuda.cuh>
+
+#include "model_reference.hpp"
+
+TEST_CASE("cuda model: a functional graph trains like the same graph on the CPU") {
+  using namespace cuda_reference;
+  constexpr int epochs = 3;
+  const run_result cpu = train_graph_on_cpu(epochs);
+  const toy_data d = make_data();
+  tf::model<graph_net, tf::float32, tf::single_device, tf::cuda> gpu(seed);
+  gpu.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+              tf::metrics::sparse_categorical_accuracy{});
+  const auto history =
+      gpu.fit(tf::data::from_tensor_slices<tf::shape<32>>(d.features, d.labels) | tf::data::batch<batch>,
+              {.epochs = epochs, .verbose = 0});
+  const auto& losses = history["loss"];
+  REQUIRE(losses.size() == static_cast<std::size_t>(epochs));
+  for (int e = 0; e < epochs; ++e) {
+    INFO("epoch " << e + 1 << ": gpu " << losses[e] << ", cpu " << cpu.losses[e]);
+    CHECK(losses[e] == doctest::Approx(cpu.losses[e]).epsilon(2e-3));
+  }
+  CHECK(losses.back() < losses.front());
+  const auto region = gpu.parameter_region();
+  REQUIRE(region.size() == cpu.parameters.size());
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < region.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{region[i]} - cpu.parameters[i]));
+    largest = std::max(largest, std::fabs(double{cpu.parameters[i]}));
+  }
+  INFO("largest weight difference " << worst << " of weights up to " << largest);
+  CHECK(worst < 1e-2 * largest);
+}
