@@ -31,11 +31,7 @@ TEST_CASE("cuda model: a functional graph trains like the same graph on the CPU"
   CHECK(losses.back() < losses.front());
   const auto region = gpu.parameter_region();
   REQUIRE(region.size() == cpu.parameters.size());
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < region.size(); ++i) {
-    worst = std::max(worst, std::fabs(double{region[i]} - cpu.parameters[i]));
-    largest = std::max(largest, std::fabs(double{cpu.parameters[i]}));
-  }
-  INFO("largest weight difference " << worst << " of weights up to " << largest);
-  CHECK(worst < 1e-2 * largest);
+  const region_distance d = distance_between(region, cpu.parameters);
+  INFO("largest weight difference " << d.worst << " of weights up to " << d.largest);
+  CHECK(d.worst < 1e-2 * d.largest);
 }

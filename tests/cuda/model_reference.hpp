@@ -4,6 +4,8 @@
 // backend/cpu/context.hpp), so CPU models run from .cpp files.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +49,21 @@ struct run_result {
   std::vector<double> accuracies;      // sparse_categorical_accuracy after each epoch
   std::vector<float> parameters;       // the parameter region after training
 };
+
+// How far a GPU's parameter region is from the CPU's: the largest
+// difference, and the largest CPU weight to scale it by.
+struct region_distance {
+  double worst = 0, largest = 0;
+};
+template <class Region>
+region_distance distance_between(const Region& gpu, const std::vector<float>& cpu) {
+  region_distance d;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    d.worst = std::max(d.worst, std::fabs(double{gpu[i]} - cpu[i]));
+    d.largest = std::max(d.largest, std::fabs(double{cpu[i]}));
+  }
+  return d;
+}
 
 // Trains `mlp` (or graph_net) with Adam for `epochs` epochs over make_data() (no shuffle).
 run_result train_on_cpu(int epochs);

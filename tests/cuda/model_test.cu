@@ -48,13 +48,9 @@ TEST_CASE("cuda model: trains like the CPU model (dense, relu, dropout, layer_no
   CHECK(gpu.iterations() == epochs * samples / batch);
   const auto region = gpu.parameter_region();
   REQUIRE(region.size() == cpu.parameters.size());
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < region.size(); ++i) {
-    worst = std::max(worst, std::fabs(double{region[i]} - cpu.parameters[i]));
-    largest = std::max(largest, std::fabs(double{cpu.parameters[i]}));
-  }
-  INFO("largest weight difference " << worst << " of weights up to " << largest);
-  CHECK(worst < 1e-2 * largest);
+  const region_distance d = distance_between(region, cpu.parameters);
+  INFO("largest weight difference " << d.worst << " of weights up to " << d.largest);
+  CHECK(d.worst < 1e-2 * d.largest);
 }
 
 TEST_CASE("cuda model: evaluate matches the training loss' scale and weights round-trip through a file") {

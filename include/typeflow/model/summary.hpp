@@ -252,6 +252,17 @@ void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::v
   }(std::make_index_sequence<Bound::count>{});
 }
 
+// The full names of top-level layer I's parameters, in order.
+template <class Layer>
+std::vector<std::string> parameter_names(std::size_t i) {
+  std::vector<std::string> names;
+  const std::string prefix = Layer::absolute_names ? std::string() : "layers." + std::to_string(i) + ".";
+  [&]<std::size_t... P>(std::index_sequence<P...>) {
+    (names.push_back(prefix + std::string(std::tuple_element_t<P, typename Layer::params::tuple>::name)), ...);
+  }(std::make_index_sequence<Layer::params::count>{});
+  return names;
+}
+
 // The rows of top-level layer I of Net: the layer, then its children.
 template <class Net, std::size_t I>
 void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
@@ -271,11 +282,7 @@ void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
   r.bytes = shared ? "shared" : human_bytes(bytes);
   rows.push_back(std::move(r));
   if constexpr (I > 0 && is_graph_binding<layer>) {
-    std::vector<std::string> names;
-    const std::string prefix = layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".";
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (names.push_back(prefix + std::string(std::tuple_element_t<P, typename layer::params::tuple>::name)), ...);
-    }(std::make_index_sequence<layer::params::count>{});
+    const std::vector<std::string> names = parameter_names<layer>(I);
     std::size_t cursor = 0;
     // functional<>: the nodes are the model's rows; a graph inside a
     // sequential shows them under its own row.
@@ -283,11 +290,7 @@ void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
     if (whole) rows.pop_back();
     add_graph_rows<layer>(rows, whole ? 0 : 1, !Net::trainable[I], names, cursor);
   } else if constexpr (I > 0 && has_children<layer>) {
-    std::vector<std::string> names;
-    const std::string prefix = layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".";
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (names.push_back(prefix + std::string(std::tuple_element_t<P, typename layer::params::tuple>::name)), ...);
-    }(std::make_index_sequence<layer::params::count>{});
+    const std::vector<std::string> names = parameter_names<layer>(I);
     std::size_t cursor = 0;
     using spec = typename Net::template spec<I>;
     if constexpr (repeat_of<spec>::copies > 0) {
