@@ -4,6 +4,7 @@
 // plan matches one worked out by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -239,4 +240,31 @@ TEST_CASE("summary() lists a functional model's nodes with the nodes each reads"
   CHECK(text.find("Total params: 884") != std::string::npos);  // 272 + 544 + 68: the shared use adds none
   // A sequential's table has no such column.
   CHECK(tf::summary_text<chain>().find("Connected to") == std::string::npos);
+}
+
+TEST_CASE("a graph trains under mixed_bfloat16, and under mirrored<2> like on one replica") {
+  using wide = tf::sequential<tf::input<12>, tf::dense<8>, merges>;
+  const auto train = [](auto& m, int steps) {
+    m.compile(tf::optimizers::adam{.learning_rate = 1e-2f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+    std::vector<float> losses;
+    for (int step = 0; step < steps; ++step) losses.push_back(m.train_on_batch(batch_number(step % 4)));
+    return losses;
+  };
+  tf::model<wide, tf::mixed_bfloat16> bf16{3};
+  const auto bf16_losses = train(bf16, 40);
+  CHECK(std::isfinite(bf16_losses.back()));
+  CHECK(bf16_losses.back() < 0.8f * bf16_losses.front());  // it learns the four batches
+
+  tf::model<wide> single{3};
+  tf::model<wide, tf::float32, tf::mirrored<2>> mirrored{3};
+  train(single, 5);
+  train(mirrored, 5);
+  const auto a = single.parameter_region(), b = mirrored.parameter_region();
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / std::max(std::fabs(double{a[i]}), 1e-2));
+  MESSAGE("largest relative difference, one replica against mirrored<2>: " << worst);
+  CHECK(worst <= 1e-5);
 }
