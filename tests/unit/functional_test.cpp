@@ -14,6 +14,7 @@
 #include <typeflow/typeflow.hpp>
 
 #include "../support/gradient_check.hpp"
+#include "../support/reference_json.hpp"
 #include "../support/resume_fixture.hpp"
 
 namespace tf = typeflow;
@@ -267,4 +268,55 @@ TEST_CASE("a graph trains under mixed_bfloat16, and under mirrored<2> like on on
     worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / std::max(std::fabs(double{a[i]}), 1e-2));
   MESSAGE("largest relative difference, one replica against mirrored<2>: " << worst);
   CHECK(worst <= 1e-5);
+}
+
+namespace {
+
+// tests/reference/graph_reference.py builds this network in PyTorch.
+using reference_graph = tf::graph<tf::node<"a", tf::dense<8>, "input">,                //
+                                  tf::node<"at", tf::tanh, "a">,                       //
+                                  tf::node<"b", tf::shared<"a">, "at">,                //
+                                  tf::node<"m", tf::multiply, "at", "b", "input">,     //
+                                  tf::node<"x", tf::maximum, "m", "input">,            //
+                                  tf::node<"d", tf::subtract, "x", "b">,               //
+                                  tf::node<"avg", tf::average, "d", "at", "input">,    //
+                                  tf::node<"n", tf::minimum, "avg", "b", "m">,         //
+                                  tf::node<"dp", tf::dot, "at", "b">,                  //
+                                  tf::node<"cat", tf::concatenate<>, "n", "b", "dp">,  //
+                                  tf::node<"ln", tf::layer_norm, "cat">,               //
+                                  tf::node<"sum", tf::add, "ln", "ln">,                //
+                                  tf::node<"out", tf::dense<4>, "sum">>;
+using reference_net = tf::sequential<tf::input<6>, tf::dense<8>, tf::tanh, reference_graph>;
+
+}  // namespace
+
+TEST_CASE("a graph with every merge and a shared layer matches PyTorch: the loss and every gradient") {
+  const auto reference = tf_testing::read_reference("graph.json");
+  tf::model<reference_net> net{1};
+  for (const auto& [name, values] : reference["weights"].items()) {
+    auto weights = net.parameter(name);
+    REQUIRE(weights.size() == values.size());
+    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = values[i].get<float>();
+  }
+  using features = tf::data::tensor_value<float, tf::shape<6>>;
+  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+  tf::data::batch_of<8, features, label> batch;
+  for (std::size_t i = 0; i < batch.features.size(); ++i) batch.features[i] = reference["features"][i].get<float>();
+  for (int i = 0; i < 8; ++i) batch.labels[i] = reference["labels"][i].get<std::int32_t>();
+  batch.valid = 8;
+  net.compile(tf::optimizers::sgd{.learning_rate = 0.f}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const float loss = net.train_on_batch(batch);
+  CHECK(loss == doctest::Approx(reference["loss"].get<double>()).epsilon(1e-5));
+  int compared = 0;
+  for (const auto& [name, expected] : reference["gradients"].items()) {
+    const auto gradient = net.gradient(name);
+    REQUIRE(gradient.size() == expected.size());
+    for (std::size_t i = 0; i < gradient.size(); ++i) {
+      const double want = expected[i].get<double>();
+      INFO(name << "[" << i << "]: typeflow " << gradient[i] << ", PyTorch " << want);
+      CHECK(std::fabs(gradient[i] - want) <= 1e-4 * std::fabs(want) + 1e-5);
+      ++compared;
+    }
+  }
+  CHECK(compared == 6 * 8 + 8 + 8 * 8 + 8 + 17 + 17 + 17 * 4 + 4);
 }
