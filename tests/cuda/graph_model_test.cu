@@ -31,7 +31,7 @@ TEST_CASE("cuda model: a functional graph trains like the same graph on the CPU"
   CHECK(losses.back() < losses.front());
   const auto region = gpu.parameter_region();
   REQUIRE(region.size() == cpu.parameters.size());
-  const region_distance d = distance_between(region, cpu.parameters);
-  INFO("largest weight difference " << d.worst << " of weights up to " << d.largest);
-  CHECK(d.worst < 1e-2 * d.largest);
+  const region_distance gap = distance_between(region, cpu.parameters);
+  INFO("largest weight difference " << gap.worst << " of weights up to " << gap.largest);
+  CHECK(gap.worst < 1e-2 * gap.largest);
 }

@@ -48,9 +48,9 @@ TEST_CASE("cuda model: trains like the CPU model (dense, relu, dropout, layer_no
   CHECK(gpu.iterations() == epochs * samples / batch);
   const auto region = gpu.parameter_region();
   REQUIRE(region.size() == cpu.parameters.size());
-  const region_distance d = distance_between(region, cpu.parameters);
-  INFO("largest weight difference " << d.worst << " of weights up to " << d.largest);
-  CHECK(d.worst < 1e-2 * d.largest);
+  const region_distance gap = distance_between(region, cpu.parameters);
+  INFO("largest weight difference " << gap.worst << " of weights up to " << gap.largest);
+  CHECK(gap.worst < 1e-2 * gap.largest);
 }
 
 TEST_CASE("cuda model: evaluate matches the training loss' scale and weights round-trip through a file") {
