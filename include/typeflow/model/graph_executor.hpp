@@ -43,12 +43,8 @@ class graph_executor {
     }
     return at;
   }();
-  static constexpr std::size_t outputs_end = [] {
-    std::size_t end = 0;
-    for (std::size_t k = 1; k <= count; ++k)
-      if (Layer::output_home[k] == k) end += batch * align_up(Layer::out_bytes[k]);
-    return end;
-  }();
+  // The last node writes the graph's output (or is a view): nothing after it.
+  static constexpr std::size_t outputs_end = output_offset[count];
   static constexpr auto workspace_offset = [] {
     std::array<std::size_t, count + 1> at{};
     std::size_t end = outputs_end;
@@ -69,7 +65,7 @@ class graph_executor {
 
   // The node that holds node k's parameters (itself, or its shared<> target).
   static constexpr std::size_t owner(std::size_t k) {
-    return Layer::shared_with[k] == static_cast<std::size_t>(-1) ? k : Layer::shared_with[k];
+    return Layer::shared_with[k] == detail::no_node ? k : Layer::shared_with[k];
   }
   static constexpr std::size_t param_offset(std::size_t k) {
     std::size_t sum = 0;

@@ -220,13 +220,7 @@ void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::v
           r.dtype = std::string(node::compute_dtype::name);
           r.params = with_thousands(owns ? node::params::parameter_count : 0);
           r.trainable = with_thousands(owns && !frozen ? node::params::trainable_count : 0);
-          const std::string layer_name = [] {
-            if constexpr (requires { node_spec::layer::type_name(); })
-              return node_spec::layer::type_name();
-            else
-              return std::string("?");
-          }();
-          r.label = std::string(node_spec::name) + " (" + short_type_name(layer_name) + ")";
+          r.label = std::string(node_spec::name) + " (" + short_type_name(node_spec::layer::type_name()) + ")";
           for (std::size_t j = 0; j < Bound::input_counts[k]; ++j)
             r.connected += (j ? ", " : "") + std::string(Bound::names::names[Bound::sources[k][j]]);
           rows.push_back(std::move(r));
