@@ -1,4 +1,4 @@
-// expected-error: graph<Nodes...>: nothing reads this node; every node but the last (the output) must feed another
+// expected-error: graph<Nodes...>: nothing reads this node; every node but the outputs
 // expected-error: "side"
 //
 // "side" is computed and never read: a dead branch, usually a wiring mistake.

@@ -293,11 +293,7 @@ using reference_net = tf::sequential<tf::input<6>, tf::dense<8>, tf::tanh, refer
 TEST_CASE("a graph with every merge and a shared layer matches PyTorch: the loss and every gradient") {
   const auto reference = tf_testing::read_reference("graph.json");
   tf::model<reference_net> net{1};
-  for (const auto& [name, values] : reference["weights"].items()) {
-    auto weights = net.parameter(name);
-    REQUIRE(weights.size() == values.size());
-    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = values[i].get<float>();
-  }
+  tf_testing::load_reference_weights(net, reference);
   using features = tf::data::tensor_value<float, tf::shape<6>>;
   using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
   tf::data::batch_of<8, features, label> batch;
@@ -307,16 +303,5 @@ TEST_CASE("a graph with every merge and a shared layer matches PyTorch: the loss
   net.compile(tf::optimizers::sgd{.learning_rate = 0.f}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
   const float loss = net.train_on_batch(batch);
   CHECK(loss == doctest::Approx(reference["loss"].get<double>()).epsilon(1e-5));
-  int compared = 0;
-  for (const auto& [name, expected] : reference["gradients"].items()) {
-    const auto gradient = net.gradient(name);
-    REQUIRE(gradient.size() == expected.size());
-    for (std::size_t i = 0; i < gradient.size(); ++i) {
-      const double want = expected[i].get<double>();
-      INFO(name << "[" << i << "]: typeflow " << gradient[i] << ", PyTorch " << want);
-      CHECK(std::fabs(gradient[i] - want) <= 1e-4 * std::fabs(want) + 1e-5);
-      ++compared;
-    }
-  }
-  CHECK(compared == 6 * 8 + 8 + 8 * 8 + 8 + 17 + 17 + 17 * 4 + 4);
+  CHECK(tf_testing::check_reference_gradients(net, reference) == 6 * 8 + 8 + 8 * 8 + 8 + 17 + 17 + 17 * 4 + 4);
 }

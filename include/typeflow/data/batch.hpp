@@ -23,6 +23,7 @@
 
 #include "typeflow/data/example.hpp"
 #include "typeflow/data/pipe.hpp"
+#include "typeflow/data/record.hpp"
 
 namespace typeflow::data {
 
@@ -67,8 +68,8 @@ class batch_dataset {
           source_exhausted_ = true;
           break;
         }
-        std::copy_n(example_.features.data(), feature_values, out.features.data() + filled * feature_values);
-        std::copy_n(example_.label.data(), label_values, out.labels.data() + filled * label_values);
+        detail::put_row(example_.features, out.features.data() + filled * feature_values);
+        detail::put_row(example_.label, out.labels.data() + filled * label_values);
         ++filled;
       }
       out.valid = static_cast<int>(filled);

@@ -41,6 +41,7 @@
 #include "typeflow/data/repeat.hpp"
 #include "typeflow/data/take.hpp"
 #include "typeflow/data/skip.hpp"
+#include "typeflow/data/record.hpp"
 #include "typeflow/data/zip.hpp"
 #include "typeflow/data/enumerate.hpp"
 #include "typeflow/data/interleave.hpp"

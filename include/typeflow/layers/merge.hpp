@@ -25,7 +25,9 @@
 
 namespace typeflow {
 
-enum class merge_op { add, subtract, multiply, average, maximum, minimum, concatenate, dot };
+// pack is functional<>'s own: its outputs, each flattened, side by side in
+// one (B, sum of sizes) buffer, which the model's loss reads.
+enum class merge_op { add, subtract, multiply, average, maximum, minimum, concatenate, dot, pack };
 
 template <merge_op Op, int Axis = -1>
 struct merge_layer {
@@ -41,6 +43,7 @@ struct merge_layer {
       case merge_op::minimum: return "minimum";
       case merge_op::concatenate: return "concatenate";
       case merge_op::dot: return "dot";
+      case merge_op::pack: return "outputs";
     }
     return "merge";
   }();
@@ -60,11 +63,16 @@ using minimum = merge_layer<merge_op::minimum>;
 template <int Axis = -1>
 using concatenate = merge_layer<merge_op::concatenate, Axis>;
 using dot = merge_layer<merge_op::dot>;
+namespace detail {
+using pack_outputs = merge_layer<merge_op::pack>;
+}
 
 template <class T>
 inline constexpr bool is_merge_v = false;
 template <merge_op Op, int Axis>
 inline constexpr bool is_merge_v<merge_layer<Op, Axis>> = true;
+template <class T>
+inline constexpr bool is_pack_v = std::is_same_v<T, detail::pack_outputs>;
 
 namespace detail {
 
@@ -133,22 +141,47 @@ template <class Spec, class... Ins>
 struct merge_binding : layer_defaults {
   static constexpr merge_op op = Spec::op;
   static constexpr std::size_t inputs = sizeof...(Ins);
-  static constexpr bool count_ok =
-      (op == merge_op::subtract || op == merge_op::dot) ? inputs == 2 : inputs >= 2;
+  static constexpr bool count_ok = (op == merge_op::subtract || op == merge_op::dot) ? inputs == 2
+                                   : op == merge_op::pack                            ? inputs >= 1
+                                                                                     : inputs >= 2;
   static constexpr bool elementwise = op != merge_op::concatenate && op != merge_op::dot;
   using concat = detail::concatenation<Spec::axis, Ins...>;
   using first = std::tuple_element_t<0, std::tuple<Ins...>>;
   static constexpr bool shapes_ok = [] {
-    if constexpr (op == merge_op::concatenate) return concat::fits;
+    if constexpr (op == merge_op::pack) return true;
+    else if constexpr (op == merge_op::concatenate) return concat::fits;
     else if constexpr (op == merge_op::dot) return detail::same_shapes<Ins...>() && first::rank == 1;
     else return detail::same_shapes<Ins...>();
   }();
   using input_shapes = std::tuple<Ins...>;
-  using output_shape = std::conditional_t<op == merge_op::concatenate, typename concat::output_shape,
-                                          std::conditional_t<op == merge_op::dot, shape<1>, first>>;
   static constexpr std::array<std::size_t, sizeof...(Ins)> input_sizes{Ins::size...};
+  static constexpr std::size_t total_size = (Ins::size + ...);
+  using output_shape = std::conditional_t<
+      op == merge_op::pack, std::conditional_t<(inputs == 1), first, shape<static_cast<int>(total_size)>>,
+      std::conditional_t<op == merge_op::concatenate, typename concat::output_shape,
+                         std::conditional_t<op == merge_op::dot, shape<1>, first>>>;
+  // concatenate and pack place rows: input j's rows of part_floats[j]
+  // floats at part_offsets[j] within rows of whole_floats, `rows` per sample.
+  static constexpr std::array<std::size_t, sizeof...(Ins)> part_floats = [] {
+    std::array<std::size_t, sizeof...(Ins)> floats = input_sizes;
+    if constexpr (op != merge_op::pack)
+      for (std::size_t j = 0; j < floats.size(); ++j)
+        floats[j] = static_cast<std::size_t>(concat::along[j]) * concat::inner;
+    return floats;
+  }();
+  static constexpr std::size_t whole_floats = [] {
+    std::size_t sum = 0;
+    for (std::size_t f : part_floats) sum += f;
+    return sum;
+  }();
+  static constexpr std::array<std::size_t, sizeof...(Ins)> part_offsets = [] {
+    std::array<std::size_t, sizeof...(Ins)> at{};
+    for (std::size_t j = 1; j < at.size(); ++j) at[j] = at[j - 1] + part_floats[j - 1];
+    return at;
+  }();
+  static constexpr std::size_t rows = op == merge_op::pack ? 1 : concat::outer;
   static constexpr std::size_t flops_per_sample =
-      op == merge_op::concatenate ? 0 : (op == merge_op::dot ? 2 * first::size : (inputs - 1) * first::size);
+      (op == merge_op::concatenate || op == merge_op::pack) ? 0 : (op == merge_op::dot ? 2 * first::size : (inputs - 1) * first::size);
   // maximum and minimum keep, for each element, which input won (as a float).
   static constexpr std::size_t workspace_bytes_per_sample =
       (op == merge_op::maximum || op == merge_op::minimum) ? output_shape::size * sizeof(float) : 0;

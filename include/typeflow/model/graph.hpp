@@ -47,13 +47,40 @@ namespace typeflow {
 
 // One node: its name, its layer (a layer, a block, a merge or shared<"x">)
 // and the names of the nodes it reads ("input" is the graph's input).
+// The name a named input node reads: the network's packed inputs, which no
+// node names (functional<> packs its named inputs into one buffer).
+inline constexpr std::string_view packed_inputs_name = "(inputs)";
+
 template <fixed_string Name, class Layer, fixed_string... Inputs>
 struct node {
   static constexpr std::string_view name = Name.view();
   using layer = Layer;
-  static constexpr std::size_t input_count = sizeof...(Inputs);
-  static constexpr std::array<std::string_view, sizeof...(Inputs)> inputs{Inputs.view()...};
+  // node<"title", typed_input<int32, 12>>: one of functional<>'s named
+  // inputs; it reads its part of the packed inputs.
+  static constexpr bool is_input_node = is_input_v<Layer>;
+  static constexpr bool declares_inputs = sizeof...(Inputs) > 0;
+  static constexpr std::size_t input_count = is_input_node && !declares_inputs ? 1 : sizeof...(Inputs);
+  static constexpr std::array<std::string_view, input_count> inputs = [] {
+    if constexpr (is_input_node && !declares_inputs)
+      return std::array<std::string_view, 1>{packed_inputs_name};
+    else
+      return std::array<std::string_view, sizeof...(Inputs)>{Inputs.view()...};
+  }();
 };
+
+// functional<>'s outputs, in order: outputs<"priority", "department">
+// after the nodes. Without it the last node is the one output.
+template <fixed_string... Names>
+struct outputs {
+  static_assert(sizeof...(Names) > 0, "outputs<Names...>: name at least one node");
+  static constexpr bool is_output_list = true;
+  static constexpr std::size_t count = sizeof...(Names);
+  static constexpr std::array<std::string_view, sizeof...(Names)> names{Names.view()...};
+  // The node functional<> ends with: the outputs packed side by side.
+  using pack_node = node<"(outputs)", detail::pack_outputs, Names...>;
+};
+template <class T>
+inline constexpr bool is_outputs_v = requires { T::is_output_list; };
 
 // The layer of node Node, applied again: the same parameters, its own input.
 template <fixed_string Node>
@@ -95,12 +122,47 @@ struct graph_input_binding : layer_defaults {
   static constexpr bool computes_nothing = true;
 };
 
+template <class Layer>
+constexpr std::size_t input_size() {
+  if constexpr (is_input_v<Layer>)
+    return Layer::shape_type::size;
+  else
+    return 0;
+}
+
 // Stands for a node whose inputs could not be found, so that one error is
 // reported and not a cascade.
 struct unbound_node : layer_defaults {
   using input_shape = shape<1>;
   using output_shape = shape<1>;
 };
+
+// A named input node: its part of the packed inputs (B, Width), the
+// columns [Offset, Offset + size), unpacked into its own buffer in its own
+// dtype (int32 ids travel in the float buffer's 4-byte slots, bit for bit).
+template <class Input, std::size_t Offset, std::size_t Width>
+struct input_slice_binding : layer_defaults {
+  static constexpr bool is_input_slice = true;
+  using input_shape = shape<static_cast<int>(Width)>;
+  using output_shape = typename Input::shape_type;
+  using output_dtype = typename Input::dtype;
+  static constexpr std::size_t offset = Offset;
+  static constexpr std::size_t width = Width;
+};
+
+// Where node K's part begins in the packed inputs: the sizes of the input
+// nodes before it.
+template <class NodeList, std::size_t K>
+constexpr std::size_t input_offset() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    std::size_t sum = 0;
+    ((sum += std::tuple_element_t<I, NodeList>::is_input_node
+                 ? input_size<typename std::tuple_element_t<I, NodeList>::layer>()
+                 : 0),
+     ...);
+    return sum;
+  }(std::make_index_sequence<K - 1>{});
+}
 
 template <class Node>
 struct node_name_part {
@@ -112,7 +174,11 @@ inline constexpr std::size_t no_node = static_cast<std::size_t>(-1);
 template <class... Nodes>
 struct graph_names {
   static constexpr std::size_t count = sizeof...(Nodes);
-  static constexpr std::array<std::string_view, count + 1> names{std::string_view("input"), Nodes::name...};
+  // Whether the inputs are named nodes (functional<>'s several inputs);
+  // then node 0 is their packed buffer, which only they read.
+  static constexpr bool named_inputs = (Nodes::is_input_node || ...);
+  static constexpr std::array<std::string_view, count + 1> names{
+      named_inputs ? packed_inputs_name : std::string_view("input"), Nodes::name...};
   // The first node (0 = input) with this name, or no_node.
   static constexpr std::size_t find(std::string_view name) {
     for (std::size_t i = 0; i <= count; ++i)
@@ -198,10 +264,25 @@ struct bind_node {
 
   template <std::size_t J>
   using source = std::tuple_element_t<(sources_ok ? sources[J] : 0), Bound>;
+  // A layer reading a named input node sees that input before it, as in a
+  // sequential network (an embedding checks that it reads token ids).
+  static constexpr std::size_t source_index = sources_ok ? sources[0] : 0;
+  static constexpr bool reads_input_node = [] {
+    if constexpr (source_index >= 1)
+      return std::tuple_element_t<source_index - 1, NodeList>::is_input_node;
+    else
+      return false;
+  }();
 
   static auto pick() {
     if constexpr (!sources_ok || std::is_same_v<spec, unbound_node>) {
       return std::type_identity<unbound_node>{};
+    } else if constexpr (node_type::is_input_node) {
+      if constexpr (node_type::declares_inputs || sources[0] != 0)
+        return std::type_identity<unbound_node>{};
+      else
+        return std::type_identity<input_slice_binding<spec, input_offset<NodeList, K>(),
+                                                      source<0>::output_shape::size>>{};
     } else if constexpr (is_merge_v<spec>) {
       return [&]<std::size_t... J>(std::index_sequence<J...>) {
         return std::type_identity<merge_binding<spec, typename source<J>::output_shape...>>{};
@@ -213,8 +294,8 @@ struct bind_node {
       // (an embedding checks that it reads token ids); a link of a chain
       // sees its neighbours; others see nothing.
       using previous = typename std::conditional_t<
-          linked<NodeList, Names, K - 1>(),
-          spec_of_layer<NodeList, Names, typename std::tuple_element_t<(K >= 2 ? K - 2 : 0), NodeList>::layer>,
+          linked<NodeList, Names, K - 1>() || reads_input_node,
+          spec_of_layer<NodeList, Names, typename std::tuple_element_t<(source_index >= 1 ? source_index - 1 : 0), NodeList>::layer>,
           std::type_identity<std::conditional_t<sources[0] == 0 && is_input_v<typename Outer::previous>,
                                                 typename Outer::previous, void>>>::type;
       using next = typename std::conditional_t<
@@ -268,9 +349,20 @@ struct check_node {
       if (s == no_node) return false;
     return true;
   }();
-  static_assert(graph_check<node_type, given<>, all_found>::passed,
+  static constexpr bool packs = is_pack_v<typename node_type::layer>;
+  static_assert(graph_check<node_type, given<>, all_found || packs>::passed,
                 "graph<Nodes...>: a node reads a name that is no node of the graph (the node, with the names it "
                 "reads, is in the note below)");
+  static_assert(graph_check<node_type, given<>, all_found || !packs>::passed,
+                "functional<...>: outputs<...> names a node that does not exist (the names are in the note below)");
+  static constexpr bool outputs_distinct = [] {
+    for (std::size_t a = 0; a < sources.size(); ++a)
+      for (std::size_t b = a + 1; b < sources.size(); ++b)
+        if (sources[a] == sources[b]) return false;
+    return true;
+  }();
+  static_assert(graph_check<node_type, given<>, outputs_distinct || !packs || !all_found>::passed,
+                "functional<...>: outputs<...> names a node twice; each output is named once");
   static constexpr std::size_t latest = [] {
     std::size_t m = 0;
     for (std::size_t s : sources)
@@ -286,23 +378,32 @@ struct check_node {
   static_assert(graph_check<node_type, given<>, merge || node_type::input_count == 1>::passed,
                 "graph<Nodes...>: a layer node reads exactly one node; only merge layers (add, concatenate<>, ...) "
                 "read several");
-  static_assert(graph_check<node_type, given<>, !merge || node_type::input_count >= 2>::passed,
+  static_assert(graph_check<node_type, given<>, !merge || node_type::input_count >= 2 || is_pack_v<layer>>::passed,
                 "graph<Nodes...>: a merge node reads two nodes or more");
-  static_assert(graph_check<node_type, given<>, Reads::value[K] || K == Names::count || !Wired>::passed,
-                "graph<Nodes...>: nothing reads this node; every node but the last (the output) must feed another");
+  static_assert(graph_check<node_type, given<>, !(node_type::is_input_node && node_type::declares_inputs)>::passed,
+                "functional<...>: an input node reads nothing; write node<\"name\", input<...>> with no names after "
+                "the layer");
+  static_assert(graph_check<node_type, given<>, Reads::value[K] || K == Names::count || !Wired || node_type::is_input_node>::passed,
+                "graph<Nodes...>: nothing reads this node; every node but the outputs (the last node, or those "
+                "outputs<...> names) must feed another");
+  static_assert(graph_check<node_type, given<>, Reads::value[K] || !Wired || !node_type::is_input_node>::passed,
+                "functional<...>: nothing reads this input; every input must feed a node");
 };
 
 }  // namespace detail
 
 // A graph's bound facts: its nodes bound in order, the rules checked, and
 // the layout of its workspace and scratch (used by graph_executor).
-template <class Context, class In, class... Nodes>
+template <class Context, class In, bool NamedInputs, class... Nodes>
 struct graph_binding : layer_defaults {
   static constexpr bool is_graph = true;
   static constexpr std::size_t count = sizeof...(Nodes);  // nodes; index 0 is the input
   static_assert(count > 0, "graph<Nodes...>: a graph needs at least one node");
   using node_list = std::tuple<Nodes...>;
   using names = detail::graph_names<Nodes...>;
+  static_assert(NamedInputs || !names::named_inputs,
+                "graph<Nodes...>: input nodes (node<\"x\", input<...>>) belong to functional<> without a leading "
+                "input<...>; a graph block reads its one input as \"input\"");
   using input_binding = detail::graph_input_binding<In, typename Context::precision::input>;
   using bound = typename detail::bind_nodes<Context, node_list, names, std::tuple<input_binding>, 1, count>::type;
   template <std::size_t K>
@@ -329,6 +430,8 @@ struct graph_binding : layer_defaults {
     return at;
   }();
   static constexpr std::array<std::size_t, count + 1> input_counts{std::size_t{0}, Nodes::input_count...};
+  // Named input nodes: they unpack the packed inputs and take no gradient.
+  static constexpr std::array<bool, count + 1> is_input_node{false, Nodes::is_input_node...};
   static constexpr auto sources = [] {
     auto at = raw_sources;
     for (std::size_t k = 1; k <= count; ++k)
@@ -451,6 +554,24 @@ struct graph_binding : layer_defaults {
 
   static_assert(checked && shared_checked && merges_checked);
 
+  // functional<>'s inputs and outputs, in order: the named input nodes (or
+  // node 0, "input"), and the nodes outputs<...> names (or the last node).
+  static constexpr bool packs_outputs = is_pack_v<typename node_type<count>::layer>;
+  static constexpr std::size_t output_count = packs_outputs ? input_counts[count] : 1;
+  static constexpr auto output_nodes = [] {
+    std::array<std::size_t, output_count> at{};
+    for (std::size_t j = 0; j < output_count; ++j) at[j] = packs_outputs ? sources[count][j] : count;
+    return at;
+  }();
+  static constexpr std::size_t input_node_count = names::named_inputs ? (std::size_t{Nodes::is_input_node} + ...) : 1;
+  static constexpr auto input_nodes = [] {
+    std::array<std::size_t, input_node_count> at{};
+    std::size_t j = 0;
+    for (std::size_t k = 1; k <= count && names::named_inputs; ++k)
+      if (is_input_node[k]) at[j++] = k;
+    return at;
+  }();
+
   using input_shape = In;
   using output_shape = typename node_at<count>::output_shape;
   static_assert(std::is_same_v<typename node_at<count>::output_dtype, float32>,
@@ -544,16 +665,16 @@ struct graph_binding : layer_defaults {
     std::array<bool, count + 1> shares{};
     for (std::size_t k = 1; k <= count; ++k)
       shares[k] = in_place[k] && !is_merge[k] && input_counts[k] == 1 && sources[k][0] != 0 &&
-                  reader_count[sources[k][0]] == 1;
+                  !is_input_node[sources[k][0]] && reader_count[sources[k][0]] == 1;
     return shares;
   }();
   // Node k's gradient buffer: its own (k), the graph's d_out (the last node,
   // when it does not work in place), or, following shares_source_buffer down,
   // the buffer of the first node of the run.
-  static constexpr std::size_t external_gradient = detail::no_node;
+  static constexpr std::size_t external_gradient = detail::no_node, no_gradient = detail::no_node - 1;
   static constexpr auto gradient_buffer = [] {
     std::array<std::size_t, count + 1> buffer{};
-    for (std::size_t k = 1; k <= count; ++k) buffer[k] = k;
+    for (std::size_t k = 1; k <= count; ++k) buffer[k] = is_input_node[k] ? no_gradient : k;
     buffer[count] = in_place[count] ? count : external_gradient;
     // A run k1 <- k2 <- ... (each sharing its source's buffer) uses the
     // buffer of its top node; resolve from the top down.
@@ -568,7 +689,7 @@ struct graph_binding : layer_defaults {
     std::array<std::array<std::size_t, 2>, count + 1> life{};  // [low, high]; high 0: unused
     for (std::size_t k = 1; k <= count; ++k) {
       const std::size_t b = gradient_buffer[k];
-      if (b == external_gradient) continue;
+      if (b == external_gradient || b == no_gradient) continue;
       const std::size_t high = std::max(k, last_reader[k]);
       if (life[b][1] == 0) life[b] = {k, high};
       life[b][0] = std::min(life[b][0], k);
@@ -580,7 +701,7 @@ struct graph_binding : layer_defaults {
     std::array<std::size_t, count + 1> bytes{};
     for (std::size_t k = 1; k <= count; ++k) {
       const std::size_t b = gradient_buffer[k];
-      if (b != external_gradient) bytes[b] = std::max(bytes[b], align_up(out_sizes[k] * sizeof(float)));
+      if (b != external_gradient && b != no_gradient) bytes[b] = std::max(bytes[b], align_up(out_sizes[k] * sizeof(float)));
     }
     return bytes;
   }();
@@ -623,7 +744,7 @@ struct graph_binding : layer_defaults {
     std::size_t bytes = 0;
     for (std::size_t k = 1; k <= count; ++k)
       for (std::size_t j = 0; j < input_counts[k]; ++j)
-        if (!edge_writes[k][j])
+        if (!edge_writes[k][j] && !is_input_node[sources[k][j]])
           bytes = std::max(bytes, align_up(out_sizes[sources[k][j]] * sizeof(float)));
     return bytes;
   }();
@@ -712,16 +833,16 @@ struct graph {
   static std::string type_name() { return "graph<" + std::to_string(sizeof...(Nodes)) + " nodes>"; }
   static constexpr std::string_view scope_name = "graph";
   template <class In, class Context>
-  struct bind : graph_binding<Context, In, Nodes...> {};
+  struct bind : graph_binding<Context, In, false, Nodes...> {};
 };
 
 namespace detail {
 // functional<>'s body: a graph whose tensors are named by their nodes alone
 // ("conv1.kernel"), since the graph is the whole network.
-template <class... Nodes>
+template <bool NamedInputs, class... Nodes>
 struct functional_body : graph<Nodes...> {
   template <class In, class Context>
-  struct bind : graph_binding<Context, In, Nodes...> {
+  struct bind : graph_binding<Context, In, NamedInputs, Nodes...> {
     static constexpr bool absolute_names = true;
   };
 };

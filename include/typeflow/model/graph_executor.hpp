@@ -81,7 +81,9 @@ class graph_executor {
   template <std::size_t K>
   static auto executor_type_of() {
     using bound = typename Layer::template node_at<K>;
-    if constexpr (Layer::is_merge[K])
+    if constexpr (Layer::is_input_node[K])
+      return std::type_identity<input_slice_executor<bound, Batch, Device>>{};
+    else if constexpr (Layer::is_merge[K])
       return std::type_identity<merge_executor<bound, Batch, Device>>{};
     else
       return std::type_identity<executor<typename Layer::template spec_at<K>, bound, Batch, Device>>{};
@@ -136,14 +138,19 @@ class graph_executor {
     return reinterpret_cast<float*>(transient_ + batch * Layer::gradient_offset[b]);
   }
   // Where the gradient of node p's output goes: its buffer, or the graph's
-  // d_in for the input (null when nothing wants it).
-  float* destination(std::size_t p) const { return p == 0 ? io_.d_in : gradient(p); }
+  // d_in for the input (null when nothing wants it, as for named inputs).
+  float* destination(std::size_t p) const {
+    if (Layer::is_input_node[p]) return nullptr;
+    return p == 0 ? io_.d_in : gradient(p);
+  }
   float* spare() const { return reinterpret_cast<float*>(transient_ + spare_offset); }
   float* spare_gradient() const { return reinterpret_cast<float*>(transient_ + spare_gradient_offset); }
 
   template <std::size_t K>
   node_executor<K> make_node() const {
-    if constexpr (Layer::is_merge[K]) {
+    if constexpr (Layer::is_input_node[K]) {
+      return node_executor<K>(output(0), output(K), io_.context);
+    } else if constexpr (Layer::is_merge[K]) {
       std::array<const float*, Layer::input_counts[K]> in{};
       for (std::size_t j = 0; j < in.size(); ++j) in[j] = output(sources[K][j]);
       return node_executor<K>(in, output(K), kept_ + workspace_offset[K], io_.context);
@@ -174,7 +181,9 @@ class graph_executor {
   void backward_node() {
     auto& node = std::get<K - 1>(nodes_);
     auto& c = *io_.context;
-    if constexpr (Layer::is_merge[K]) {
+    if constexpr (Layer::is_input_node[K]) {
+      (void)node;  // the data takes no gradient
+    } else if constexpr (Layer::is_merge[K]) {
       for (std::size_t j = 0; j < Layer::input_counts[K]; ++j) {
         const std::size_t p = sources[K][j];
         float* to = destination(p);

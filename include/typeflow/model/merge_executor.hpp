@@ -126,7 +126,7 @@ class merge_executor : public executor_defaults {
       for_each_index(c, count, f::extreme<is_max>{in_[0], in_[1], out_, winner_, 1.f, true});
       for (std::size_t j = 2; j < n; ++j)
         for_each_index(c, count, f::extreme<is_max>{out_, in_[j], out_, winner_, static_cast<float>(j), false});
-    } else if constexpr (op == merge_op::concatenate) {
+    } else if constexpr (op == merge_op::concatenate || op == merge_op::pack) {
       for (std::size_t j = 0; j < n; ++j)
         for_each_index(c, part_count(j), f::place{in_[j], out_, part(j), whole(), offset(j), false});
     } else {
@@ -157,7 +157,7 @@ class merge_executor : public executor_defaults {
       }
     } else if constexpr (op == merge_op::maximum || op == merge_op::minimum) {
       for_each_index(c, count, f::route{d_out, winner_, d_in, static_cast<float>(j)});
-    } else if constexpr (op == merge_op::concatenate) {
+    } else if constexpr (op == merge_op::concatenate || op == merge_op::pack) {
       for_each_index(c, part_count(j), f::place{d_out, d_in, part(j), whole(), offset(j), true});
     } else {
       for_each_index(c, static_cast<std::size_t>(Batch) * Merge::first::size,
@@ -166,23 +166,36 @@ class merge_executor : public executor_defaults {
   }
 
  private:
-  // Concatenation: input j's rows of part(j) floats go at offset(j) in rows of whole().
-  static constexpr std::size_t part(std::size_t j) {
-    return static_cast<std::size_t>(Merge::concat::along[j]) * Merge::concat::inner;
-  }
-  static constexpr std::size_t whole() { return static_cast<std::size_t>(Merge::concat::total) * Merge::concat::inner; }
-  static constexpr std::size_t offset(std::size_t j) {
-    std::size_t sum = 0;
-    for (std::size_t k = 0; k < j; ++k) sum += part(k);
-    return sum;
-  }
-  static constexpr std::size_t part_count(std::size_t j) {
-    return static_cast<std::size_t>(Batch) * Merge::concat::outer * part(j);
-  }
+  // Concatenation and pack: input j's rows of part(j) floats go at offset(j) in rows of whole().
+  static constexpr std::size_t part(std::size_t j) { return Merge::part_floats[j]; }
+  static constexpr std::size_t whole() { return Merge::whole_floats; }
+  static constexpr std::size_t offset(std::size_t j) { return Merge::part_offsets[j]; }
+  static constexpr std::size_t part_count(std::size_t j) { return static_cast<std::size_t>(Batch) * Merge::rows * part(j); }
 
   std::array<const float*, n> in_;
   float* out_;
   float* winner_;
+  typename Device::context* context_;
+};
+
+// A named input node (functional<>'s several inputs): copies its columns
+// out of the packed inputs (B, width) into its own (B, size) buffer, bits
+// as they are (int32 ids included). The data takes no gradient.
+template <class Slice, int Batch, class Device>
+class input_slice_executor : public executor_defaults {
+  static constexpr std::size_t size = Slice::output_shape::size;
+
+ public:
+  input_slice_executor(const float* packed, float* out, typename Device::context* context)
+      : packed_(packed), out_(out), context_(context) {}
+  void forward() {
+    for_each_index(*context_, static_cast<std::size_t>(Batch) * size,
+                   detail::merge_fn::place{packed_, out_, size, Slice::width, Slice::offset, true});
+  }
+
+ private:
+  const float* packed_;
+  float* out_;
   typename Device::context* context_;
 };
 

@@ -213,13 +213,21 @@ void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::v
           constexpr std::size_t k = K + 1;
           using node = typename Bound::template node_at<k>;
           using node_spec = typename Bound::template node_type<k>;
+          // functional<>'s outputs<...> packs its outputs: no row of its own.
+          if constexpr (is_pack_v<typename node_spec::layer>) return;
           const bool owns = Bound::shared_with[k] == static_cast<std::size_t>(-1);
           row r;
           r.depth = depth;
           r.shape = batched_shape<typename node::output_shape>();
-          r.dtype = std::string(node::compute_dtype::name);
           r.params = with_thousands(owns ? node::params::parameter_count : 0);
           r.trainable = with_thousands(owns && !frozen ? node::params::trainable_count : 0);
+          if constexpr (Bound::is_input_node[k]) {  // Keras's InputLayer, in its own dtype
+            r.dtype = std::string(node::output_dtype::name);
+            r.label = std::string(node_spec::name) + " (InputLayer)";
+            rows.push_back(std::move(r));
+            return;
+          }
+          r.dtype = std::string(node::compute_dtype::name);
           r.label = std::string(node_spec::name) + " (" + short_type_name(node_spec::layer::type_name()) + ")";
           for (std::size_t j = 0; j < Bound::input_counts[k]; ++j)
             r.connected += (j ? ", " : "") + std::string(Bound::names::names[Bound::sources[k][j]]);
@@ -282,6 +290,7 @@ void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
     // sequential shows them under its own row.
     const bool whole = layer::absolute_names;
     if (whole) rows.pop_back();
+    if (whole && layer::names::named_inputs) rows.pop_back();  // the packed inputs: each input node has its row
     add_graph_rows<layer>(rows, whole ? 0 : 1, !Net::trainable[I], names, cursor);
   } else if constexpr (I > 0 && has_children<layer>) {
     const std::vector<std::string> names = parameter_names<layer>(I);

@@ -167,6 +167,22 @@ class model {
     engine_.compiled(optimizer);  // fresh optimizer state; the weights stay
   }
 
+  // A loss per output, with its weight, and metrics per output, for a
+  // network with several outputs (train/output_losses.hpp):
+  //   compile(optimizer, tf::on_output<"priority">(loss, 1.0), tf::on_output<"department">(loss, 0.2),
+  //           tf::on_output<"department">(tf::metrics::accuracy{}));
+  // An on_output naming an output the network lacks is a compile-time error.
+  template <optimizers::optimizer Optimizer, class First, class... Rest>
+    requires is_on_output_v<First>
+  void compile(Optimizer optimizer, First first, Rest... rest) {
+    if constexpr (network_io<Net>::packed_outputs)
+      engine_.check_compile(optimizer, detail::output_losses{});
+    else
+      engine_.check_compile(optimizer, first.value);
+    training_.compile(optimizer, std::move(first), std::move(rest)...);
+    engine_.compiled(optimizer);
+  }
+
   // Trains for options.epochs passes over `train`, a batched dataset whose
   // batch size N is part of its type. A last partial batch is dropped.
   template <data::batched_dataset Dataset>
@@ -213,11 +229,15 @@ class model {
   }
 
   // The model's outputs for every sample of `data`, (samples, output shape)
-  // row-major; labels, if any, are ignored.
+  // row-major; labels, if any, are ignored. A network with several outputs
+  // gives each by its name (predictions below).
   template <data::batched_dataset Dataset>
-  std::vector<float> predict(const Dataset& data) {
+  auto predict(const Dataset& data) {
     training_state<Net>::template check_batch_type<typename Dataset::element_type>();
-    return engine_.predict(data);
+    if constexpr (network_io<Net>::packed_outputs)
+      return unpack_outputs(engine_.predict(data));
+    else
+      return engine_.predict(data);
   }
 
   // Continues `prompt` (token ids) by n tokens sampled from the model, and
@@ -486,6 +506,22 @@ class model {
   }
 
  private:
+  // The packed rows (samples, sum of output sizes) as one array per output,
+  // (samples, its shape), by name.
+  static predictions unpack_outputs(const std::vector<float>& packed) {
+    using io = network_io<Net>;
+    constexpr std::size_t width = Net::output_shape_type::size;
+    const std::size_t samples = packed.size() / width;
+    predictions out;
+    for (const io_part& o : io::outputs) {
+      std::vector<float>& values = out[std::string(o.name)];
+      values.resize(samples * o.size);
+      for (std::size_t r = 0; r < samples; ++r)
+        std::copy_n(packed.data() + r * width + o.offset, o.size, values.data() + r * o.size);
+    }
+    return out;
+  }
+
   // What fit's callbacks may ask of this model (train/callback.hpp).
   struct access final : model_access {
     model& m;

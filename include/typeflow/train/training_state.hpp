@@ -36,6 +36,7 @@
 #include "typeflow/train/fit_snapshot.hpp"
 #include "typeflow/train/history.hpp"
 #include "typeflow/train/non_finite.hpp"
+#include "typeflow/train/output_losses.hpp"
 #include "typeflow/train/progress_bar.hpp"
 
 namespace typeflow {
@@ -65,6 +66,9 @@ inline constexpr double training_flops_per_step = 3.0 * static_cast<double>(Net:
 
 // What evaluate returns: "loss" and each metric's name, with its value.
 using evaluation = std::map<std::string, double, std::less<>>;
+// What predict returns for a network with several outputs: each output's
+// values, (samples, its shape) row-major, by the output's name.
+using predictions = std::map<std::string, std::vector<float>, std::less<>>;
 
 template <class Net>
 class training_state {
@@ -75,8 +79,99 @@ class training_state {
   static constexpr bool has_regularizers = Net::has_regularizers;
   static constexpr int max_slots = 8;
 
+  using io = network_io<Net>;
+
   // Keeps the optimizer, loss and metrics; the update counter starts again.
+  // With several outputs, the loss and each metric go to every output.
   template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
+    requires io::packed_outputs
+  void compile(Optimizer optimizer_given, Loss loss_given, Metrics... metrics_given) {
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      compile(std::move(optimizer_given), on_output<output_name<J>>(loss_given)..., std::move(metrics_given)...);
+    }(std::make_index_sequence<io::output_count>{});
+  }
+
+  // compile(optimizer, on_output<"name">(loss, weight)..., on_output<"name">(metric)..., metric...):
+  // a loss per output (train/output_losses.hpp); a plain metric goes to
+  // every output. On a one-output network the names must be its output's
+  // and the plain loss and metrics are kept.
+  template <optimizers::optimizer Optimizer, class First, class... Rest>
+    requires is_on_output_v<First>
+  void compile(Optimizer optimizer_given, First first, Rest... rest) {
+    static_assert((check_output_argument<First>() && ... && check_output_argument<Rest>()));
+    constexpr std::size_t loss_count = (std::size_t{is_output_loss<First>()} + ... + std::size_t{is_output_loss<Rest>()});
+    static_assert(loss_count >= 1, "compile: give a loss for at least one output: on_output<\"name\">(loss, weight)");
+    static_assert(no_output_with_two_losses<First, Rest...>(),
+                  "compile: two losses name one output; give each output at most one loss");
+    if constexpr (!io::packed_outputs) {
+      static_assert(loss_count == 1, "compile: the network has one output, so it takes one loss");
+      const auto plain = [](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (is_on_output_v<A>) return a.value;
+        else return a;
+      };
+      if (!(first.weight == 1.0))
+        throw std::invalid_argument("compile: a loss weight on a network with one output; its loss is the output's");
+      compile(std::move(optimizer_given), plain(first), plain(rest)...);
+    } else {
+      optimizer_given.validate();
+      auto combined = std::make_unique<detail::output_losses>();
+      combined->outputs.assign(io::outputs.begin(), io::outputs.end());
+      combined->width = output_shape_type::size;
+      combined->needed.assign(io::output_count, false);
+      combined->forms.assign(io::output_count, -1);
+      std::vector<std::unique_ptr<detail::metric_base>> loss_metrics, given_metrics;
+      const auto add = [&](auto argument) {
+        using A = decltype(argument);
+        if constexpr (is_on_output_v<A>) {
+          constexpr std::size_t k = output_index<Net>(A::output);
+          using V = typename A::value_type;
+          if constexpr (k < io::output_count) {  // else refused above (check_output_argument)
+            combined->needed[k] = true;
+            if constexpr (losses::loss<V>) {
+              static_assert(compile_check<A, io::outputs[k].classes >= V::min_classes>::passed,
+                            "compile: this loss needs at least two classes on its output's last axis");
+              combined->entries.push_back({std::make_unique<detail::loss_holder<V>>(argument.value), argument.weight, k});
+              combined->forms[k] = static_cast<int>(V::labels);
+              combined->description += (combined->description.empty() ? "" : ", ") + std::string(A::output) + ": " +
+                                       std::string(V::name) +
+                                       (argument.weight != 1.0 ? " x " + std::to_string(argument.weight) : "");
+              loss_metrics.push_back(std::make_unique<detail::output_loss_metric>(
+                  std::make_shared<detail::loss_holder<V>>(argument.value), io::outputs[k], k, combined->width,
+                  combined->layout));
+            } else {
+              given_metrics.push_back(std::make_unique<detail::output_metric>(
+                  std::make_unique<detail::metric_holder<V>>(argument.value), io::outputs[k], k, combined->width,
+                  combined->layout));
+            }
+          }
+        } else {
+          [&]<std::size_t... J>(std::index_sequence<J...>) {
+            ((combined->needed[J] = true,
+              given_metrics.push_back(std::make_unique<detail::output_metric>(
+                  std::make_unique<detail::metric_holder<A>>(argument), io::outputs[J], J, combined->width,
+                  combined->layout))),
+             ...);
+          }(std::make_index_sequence<io::output_count>{});
+        }
+      };
+      add(std::move(first));
+      (add(std::move(rest)), ...);
+      // Keras's order: each output's loss, in output order, then the metrics.
+      std::ranges::stable_sort(loss_metrics, {}, [](const auto& m) {
+        return static_cast<const detail::output_loss_metric&>(*m).index;
+      });
+      optimizer = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer_given));
+      per_output = combined.get();
+      loss = std::move(combined);
+      metrics = std::move(loss_metrics);
+      for (auto& m : given_metrics) metrics.push_back(std::move(m));
+      after_compile();
+    }
+  }
+
+  template <optimizers::optimizer Optimizer, losses::loss Loss, detail::metric... Metrics>
+    requires(!io::packed_outputs)
   void compile(Optimizer optimizer_given, Loss loss_given, Metrics... metrics_given) {
     static_assert(output_shape_type::rank >= 1,
                   "compile: the model's output has no axis for the loss to read; end the network "
@@ -87,13 +182,65 @@ class training_state {
     optimizer_given.validate();
     optimizer = std::make_unique<detail::optimizer_holder<Optimizer>>(std::move(optimizer_given));
     loss = std::make_unique<detail::loss_holder<Loss>>(std::move(loss_given));
+    per_output = nullptr;
     metrics.clear();
     (metrics.push_back(std::make_unique<detail::metric_holder<Metrics>>(std::move(metrics_given))), ...);
+    after_compile();
+  }
+
+  template <std::size_t J>
+  static constexpr fixed_string<io::outputs[J].name.size() + 1> output_name = [] {
+    char text[io::outputs[J].name.size() + 1]{};
+    std::ranges::copy(io::outputs[J].name, text);
+    return fixed_string<io::outputs[J].name.size() + 1>(text);
+  }();
+
+ private:
+  template <class A>
+  static constexpr bool is_output_loss() {
+    if constexpr (is_on_output_v<A>)
+      return losses::loss<typename A::value_type>;
+    else
+      return false;
+  }
+  template <class A>
+  static constexpr bool check_output_argument() {
+    if constexpr (is_on_output_v<A>) {
+      static_assert(compile_check<A, (output_index<Net>(A::output) < io::output_count)>::passed,
+                    "compile: on_output<\"name\"> names an output the network does not have (the network's "
+                    "outputs are outputs<...>'s names, or its last node's)");
+      static_assert(losses::loss<typename A::value_type> || detail::metric<typename A::value_type>,
+                    "compile: on_output<\"name\">(x) takes a loss (with its weight) or a metric");
+      return true;
+    } else {
+      static_assert(detail::metric<A>,
+                    "compile: after the per-output losses come metrics, on_output<\"name\">(metric) or plain "
+                    "(for every output)");
+      return true;
+    }
+  }
+  template <class... Args>
+  static constexpr bool no_output_with_two_losses() {
+    std::array<std::size_t, io::output_count> losses_at{};
+    const auto count = [&]<class A>(std::type_identity<A>) {
+      if constexpr (is_output_loss<A>()) {
+        constexpr std::size_t k = output_index<Net>(A::output);
+        if constexpr (k < io::output_count) ++losses_at[k];
+      }
+    };
+    (count(std::type_identity<Args>{}), ...);
+    for (std::size_t n : losses_at)
+      if (n > 1) return false;
+    return true;
+  }
+  void after_compile() {
     slots = optimizer->slots();
     ema_in_weights = false;
     if (slots > max_slots) throw std::logic_error("compile: the optimizer asks for more state slots than a model holds");
     iterations = 0;
   }
+
+ public:
 
   void require_compiled(const char* where) const {
     if (!optimizer || !loss)
@@ -103,6 +250,41 @@ class training_state {
   template <class Batch>
   static constexpr void check_batch_type() {
     using features = typename Batch::features_type;
+    if constexpr (io::named_inputs)
+      check_named_features<features>();
+    else
+      check_plain_features<features>();
+  }
+  // A record of the named inputs' parts, in the network's order (or, for
+  // one input, that input's values as they are).
+  template <class Features>
+  static constexpr void check_named_features() {
+    if constexpr (data::is_record_v<Features>) {
+      constexpr bool same = [] {
+        if (Features::count != io::input_count) return false;
+        for (std::size_t j = 0; j < io::input_count; ++j)
+          if (Features::names[j] != io::inputs[j].name || Features::sizes[j] != io::inputs[j].size ||
+              Features::int32[j] != io::inputs[j].int32)
+            return false;
+        return true;
+      }();
+      static_assert(compile_check<Features, same>::passed,
+                    "fit/evaluate/predict: the dataset's features must be a record of the network's inputs, in its "
+                    "order, each of its size and type (float or int32): compare the record's parts with the input "
+                    "nodes");
+    } else {
+      static_assert(compile_check<Features, io::input_count == 1 && Features::size == io::inputs[0].size &&
+                                                       std::is_same_v<typename Features::value_type, std::int32_t> ==
+                                                           io::inputs[0].int32>::passed,
+                    "fit/evaluate/predict: a network with several named inputs takes features as a record of "
+                    "named parts, e.g. data::parts(data::named<\"image\">(image), data::named<\"ink\">(ink))");
+    }
+  }
+  template <class features>
+  static constexpr void check_plain_features() {
+    static_assert(!data::is_record_v<features>,
+                  "fit/evaluate/predict: the dataset's features are a record of named parts, but the network "
+                  "has one unnamed input; name its inputs as nodes of a functional<>, or give a tensor_value");
     static_assert(std::is_same_v<typename features::shape_type, typename Net::input_shape_type>,
                   "fit/evaluate/predict: the dataset's feature shape differs from the model's input "
                   "shape (compare the dataset's element type with the model's input<...>)");
@@ -114,6 +296,15 @@ class training_state {
   template <class Batch>
   void check_label_form(const char* where) const {
     using label = typename Batch::label_type;
+    if constexpr (io::packed_outputs) {
+      detail::bind_labels<label>(*per_output->layout, io::outputs, per_output->needed, per_output->forms, where);
+      return;
+    } else {
+      check_single_label_form<label>(where);
+    }
+  }
+  template <class label>
+  void check_single_label_form(const char* where) const {
     constexpr bool sparse = std::is_same_v<typename label::shape_type, drop_last_t<output_shape_type>> &&
                             std::is_same_v<typename label::value_type, std::int32_t>;
     constexpr bool dense = std::is_same_v<typename label::shape_type, output_shape_type> &&
@@ -250,6 +441,7 @@ class training_state {
 
   std::unique_ptr<detail::optimizer_base> optimizer;
   std::unique_ptr<detail::loss_base> loss;
+  detail::output_losses* per_output = nullptr;  // the loss, when the network has several outputs
   std::vector<std::unique_ptr<detail::metric_base>> metrics;
   int slots = 0;                    // the optimizer's state slots, each the parameter region's size
   std::int64_t iterations = 0;      // updates applied (a skipped or accumulating step does not count)
