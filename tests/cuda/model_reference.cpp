@@ -2,6 +2,7 @@
 #include "model_reference.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 namespace cuda_reference {
 
@@ -22,9 +23,17 @@ toy_data make_data() {
 
 namespace {
 template <class Net>
-run_result train(int epochs) {
+auto data_for() {
   const toy_data d = make_data();
-  auto data = tf::data::from_tensor_slices<tf::shape<32>>(d.features, d.labels) | tf::data::batch<batch>;
+  if constexpr (std::is_same_v<Net, two_input_net>)
+    return tf::data::from_values(halves_of(d)) | tf::data::batch<batch>;
+  else
+    return tf::data::from_tensor_slices<tf::shape<32>>(d.features, d.labels) | tf::data::batch<batch>;
+}
+
+template <class Net>
+run_result train(int epochs) {
+  auto data = data_for<Net>();
   tf::model<Net> model(seed);
   model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
@@ -41,5 +50,6 @@ run_result train(int epochs) {
 
 run_result train_on_cpu(int epochs) { return train<mlp>(epochs); }
 run_result train_graph_on_cpu(int epochs) { return train<graph_net>(epochs); }
+run_result train_two_inputs_on_cpu(int epochs) { return train<two_input_net>(epochs); }
 
 }  // namespace cuda_reference

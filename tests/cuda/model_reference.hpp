@@ -34,6 +34,16 @@ using graph_net = tf::functional<tf::input<32>,                                 
                                  tf::node<"again", tf::shared<"h">, "cat2">,           //
                                  tf::node<"mx", tf::maximum, "again", "ln">,           //
                                  tf::node<"logits", tf::dense<10>, "mx">>;
+// Two named inputs (each half of a sample's 32 features) through one
+// shared dense, concatenated: the input nodes' unpacking on the device.
+using two_input_net = tf::functional<tf::node<"left", tf::input<16>>,              //
+                                     tf::node<"right", tf::input<16>>,             //
+                                     tf::node<"l", tf::dense<32>, "left">,         //
+                                     tf::node<"lr", tf::relu, "l">,                //
+                                     tf::node<"r", tf::shared<"l">, "right">,      //
+                                     tf::node<"rt", tf::tanh, "r">,                //
+                                     tf::node<"cat", tf::concatenate<>, "lr", "rt">,  //
+                                     tf::node<"logits", tf::dense<10>, "cat">>;
 constexpr int batch = 16;
 constexpr int samples = 160;  // 10 steps an epoch
 constexpr std::uint64_t seed = 7;
@@ -43,6 +53,22 @@ struct toy_data {
   std::vector<std::int32_t> labels;
 };
 toy_data make_data();
+
+// make_data()'s samples as examples of named parts: left and right halves.
+using halves = tf::data::record<tf::data::part<"left", tf::data::tensor_value<float, tf::shape<16>>>,
+                                tf::data::part<"right", tf::data::tensor_value<float, tf::shape<16>>>>;
+using half_example = tf::data::example<halves, tf::data::tensor_value<std::int32_t, tf::shape<>>>;
+inline std::vector<half_example> halves_of(const toy_data& d) {
+  std::vector<half_example> out(d.labels.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    for (std::size_t j = 0; j < 16; ++j) {
+      out[i].features.get<"left">()[j] = d.features[i * 32 + j];
+      out[i].features.get<"right">()[j] = d.features[i * 32 + 16 + j];
+    }
+    out[i].label[0] = d.labels[i];
+  }
+  return out;
+}
 
 struct run_result {
   std::vector<double> losses;          // the loss after each epoch
@@ -68,5 +94,6 @@ region_distance distance_between(const Region& gpu, const std::vector<float>& cp
 // Trains `mlp` (or graph_net) with Adam for `epochs` epochs over make_data() (no shuffle).
 run_result train_on_cpu(int epochs);
 run_result train_graph_on_cpu(int epochs);
+run_result train_two_inputs_on_cpu(int epochs);
 
 }  // namespace cuda_reference

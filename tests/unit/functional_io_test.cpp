@@ -212,6 +212,15 @@ TEST_CASE("a two-output network learns both heads, and mirrored<2> trains it lik
   for (std::size_t i = 0; i < a.size(); ++i) largest = std::max(largest, double{std::fabs(a[i] - b[i])});
   CHECK(largest < 1e-5);
   CHECK(pair.evaluate(data16).at("value_loss") == doctest::Approx(one.evaluate(data16).at("value_loss")).epsilon(1e-4));
+
+  // Under mixed_bfloat16 both heads learn too.
+  tf::model<two_io, tf::mixed_bfloat16> bf16{21};
+  compile_two_losses<tf::model<two_io, tf::mixed_bfloat16>, tf::optimizers::adam>(bf16, 0.01f);
+  const auto bf16_before = bf16.evaluate(train);
+  bf16.fit(train, {.epochs = 10, .verbose = 0});
+  const auto bf16_after = bf16.evaluate(train);
+  CHECK(bf16_after.at("class_loss") < 0.8 * bf16_before.at("class_loss"));
+  CHECK(bf16_after.at("value_loss") < 0.8 * bf16_before.at("value_loss"));
 }
 
 TEST_CASE("two inputs, a shared layer and two weighted outputs match PyTorch: the losses and every gradient") {
@@ -237,4 +246,30 @@ TEST_CASE("two inputs, a shared layer and two weighted outputs match PyTorch: th
   REQUIRE(cursor.next(batch));
   CHECK(net.train_on_batch(batch) == doctest::Approx(reference["loss"].get<double>()).epsilon(1e-5));
   CHECK(tf_testing::check_reference_gradients(net, reference) == 40 + 48 + 6 + 60 + 5 + 24 + 2);
+}
+
+TEST_CASE("zip_named and examples build the same named examples from sources of single tensors") {
+  const auto all = samples(24);
+  std::vector<data::tensor_value<float, tf::shape<8>>> images;
+  std::vector<data::tensor_value<std::int32_t, tf::shape<2>>> ids;
+  std::vector<data::tensor_value<std::int32_t, tf::shape<>>> classes;
+  std::vector<data::tensor_value<float, tf::shape<2>>> values;
+  for (const auto& e : all) {
+    images.push_back(e.features.get<"image">());
+    ids.push_back(e.features.get<"ids">());
+    classes.push_back(e.label.get<"class">());
+    values.push_back(e.label.get<"value">());
+  }
+  // The labels' parts in the other order, and one source longer than the rest.
+  values.push_back({});
+  auto zipped = data::examples(data::zip_named<"image", "ids">(data::from_values(images), data::from_values(ids)),
+                               data::zip_named<"value", "class">(data::from_values(values), data::from_values(classes)));
+  static_assert(std::is_same_v<typename decltype(zipped)::element_type, data::example<features, labels_swapped>>);
+  CHECK(zipped.cardinality() == 24);
+  tf::model<two_io> net{3};
+  compile_two_losses(net, 0.f);
+  const auto from_zip = net.evaluate(zipped | data::batch<8>);
+  const auto direct = net.evaluate(dataset(24));
+  CHECK(from_zip.at("loss") == direct.at("loss"));
+  CHECK(from_zip.at("class_accuracy") == direct.at("class_accuracy"));
 }

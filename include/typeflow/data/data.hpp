@@ -14,7 +14,8 @@
 // Sources       from_tensor_slices, from_values, range, generator, mnist,
 //               fashion_mnist, text_file, lm_windows, csv
 // Combinators   map, filter, shuffle, batch, repeat, take, skip, zip,
-//               enumerate, interleave, shard, cache, prefetch
+//               zip_named, examples, enumerate, interleave, shard, cache, prefetch
+// Named parts   record, parts, named (a model's several inputs and outputs)
 // Behind a type any_dataset<Element>
 #pragma once
 
@@ -43,6 +44,7 @@
 #include "typeflow/data/skip.hpp"
 #include "typeflow/data/record.hpp"
 #include "typeflow/data/zip.hpp"
+#include "typeflow/data/zip_named.hpp"
 #include "typeflow/data/enumerate.hpp"
 #include "typeflow/data/interleave.hpp"
 #include "typeflow/data/shard.hpp"
