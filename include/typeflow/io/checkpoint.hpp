@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "typeflow/io/safetensors.hpp"
+#include "typeflow/io/compiled.hpp"
 
 namespace typeflow::io {
 
@@ -82,7 +83,9 @@ inline void remove_abandoned_checkpoints(const std::filesystem::path& dir) {
 }  // namespace detail
 
 // The complete checkpoints in dir, oldest first.
-inline std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir) {
+TYPEFLOW_IO_INLINE std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -94,6 +97,9 @@ inline std::vector<std::filesystem::path> list_checkpoints(const std::filesystem
   for (auto& f : found) out.push_back(std::move(f.second));
   return out;
 }
+#else
+;
+#endif
 
 // The newest complete checkpoint in dir, if any.
 inline std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir) {
@@ -105,9 +111,11 @@ inline std::optional<std::filesystem::path> latest_checkpoint(const std::filesys
 // Writes a checkpoint numbered `number` into dir (created if absent) and
 // keeps the newest `keep` (at least 1). Throws std::runtime_error naming the
 // path and the failing step; whatever was in dir before stays loadable.
-inline std::filesystem::path write_checkpoint(const std::filesystem::path& dir, std::int64_t number,
-                                              std::span<const tensor_to_write> tensors,
-                                              const nlohmann::ordered_json& manifest, int keep = 3) {
+TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem::path& dir, std::int64_t number,
+                                                          std::span<const tensor_to_write> tensors,
+                                                          const nlohmann::ordered_json& manifest, int keep = 3)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   if (keep < 1) throw std::invalid_argument("save_checkpoint: keep must be at least 1; got " + std::to_string(keep));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -180,6 +188,9 @@ inline std::filesystem::path write_checkpoint(const std::filesystem::path& dir, 
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) std::filesystem::remove_all(all[i], ec);
   return final_path;
 }
+#else
+;
+#endif
 
 struct checkpoint_read {
   std::filesystem::path path;  // the checkpoint's directory
@@ -190,7 +201,9 @@ struct checkpoint_read {
 // Reads the newest complete checkpoint in dir (or dir itself, when it is one
 // checkpoint's directory). Throws std::runtime_error naming what is missing
 // or malformed.
-inline checkpoint_read read_checkpoint(const std::filesystem::path& dir) {
+TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint(const std::filesystem::path& dir)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   std::filesystem::path where = dir;
   if (!std::filesystem::exists(dir / "manifest.json")) {
     const auto latest = latest_checkpoint(dir);
@@ -225,5 +238,8 @@ inline checkpoint_read read_checkpoint(const std::filesystem::path& dir) {
                              std::to_string(checkpoint_format_version));
   return {where, std::move(manifest), safetensors_file::read(where / "state.safetensors")};
 }
+#else
+;
+#endif
 
 }  // namespace typeflow::io

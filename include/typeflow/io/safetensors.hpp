@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include "typeflow/io/compiled.hpp"
 
 namespace typeflow::io {
 
@@ -228,9 +229,11 @@ struct tensor_to_write {
 //   left as it was, and a std::runtime_error names the file and the failing
 //   step (with strerror). Temporary files beside path whose process is gone
 //   (killed mid-write) are removed first.
-inline void write_safetensors(const std::filesystem::path& path,
-                              std::span<const tensor_to_write> tensors,
-                              const std::map<std::string, std::string>& metadata = {}) {
+TYPEFLOW_IO_INLINE void write_safetensors(const std::filesystem::path& path,
+                                          std::span<const tensor_to_write> tensors,
+                                          const std::map<std::string, std::string>& metadata = {})
+#if TYPEFLOW_IO_DEFINITIONS
+{
   const auto fail = [&](const std::string& what) -> std::runtime_error {
     return std::runtime_error("cannot write safetensors file \"" + path.string() + "\": " + what);
   };
@@ -347,6 +350,9 @@ inline void write_safetensors(const std::filesystem::path& path,
   detail::fd_guard dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() >= 0) ::fsync(dir.get());
 }
+#else
+;
+#endif
 
 // ---------------------------------------------------------------------------
 // Reading
@@ -363,13 +369,7 @@ class safetensors_file {
   // Reads and validates path. Throws std::runtime_error naming the file when
   // it cannot be opened or read (with strerror), or when it is malformed in
   // any way listed at the top of this header.
-  static safetensors_file read(const std::filesystem::path& path) {
-    safetensors_file file;
-    file.path_ = path;
-    file.bytes_ = read_whole_file(path);
-    file.parse();
-    return file;
-  }
+  static safetensors_file read(const std::filesystem::path& path);
 
   // Every tensor, ordered by where its bytes lie in the data buffer.
   const std::vector<tensor_spec>& tensors() const noexcept { return tensors_; }
@@ -404,232 +404,18 @@ class safetensors_file {
     return std::runtime_error("malformed safetensors file \"" + path_.string() + "\": " + what);
   }
 
-  static std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
-    const auto fail = [&](const std::string& what, int error) {
-      return std::runtime_error("cannot read safetensors file \"" + path.string() + "\": " + what +
-                                ": " + detail::errno_text(error));
-    };
-    detail::fd_guard file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (file.get() < 0) {
-      const int error = errno;
-      throw fail("cannot open it", error);
-    }
-    struct stat info {};
-    if (::fstat(file.get(), &info) != 0) {
-      const int error = errno;
-      throw fail("cannot stat it", error);
-    }
-    if (!S_ISREG(info.st_mode)) throw fail("it is not a regular file", S_ISDIR(info.st_mode) ? EISDIR : EINVAL);
-
-    std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t got = ::read(file.get(), bytes.data() + done,
-                                 std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30));
-      if (got < 0) {
-        const int error = errno;
-        if (error == EINTR) continue;
-        throw fail("reading at byte offset " + std::to_string(done) + " failed", error);
-      }
-      if (got == 0)
-        throw std::runtime_error("cannot read safetensors file \"" + path.string() + "\": it shrank from " +
-                                 std::to_string(bytes.size()) + " to " + std::to_string(done) +
-                                 " bytes while being read");
-      done += static_cast<std::size_t>(got);
-    }
-    return bytes;
-  }
+  static std::vector<std::byte> read_whole_file(const std::filesystem::path& path);
 
   // Parses the JSON header, rejecting duplicate keys at any depth: nlohmann
   // would keep the last one silently, other readers may keep the first.
-  nlohmann::json parse_header_json(std::uint64_t header_length) const {
-    const char* begin = reinterpret_cast<const char*>(bytes_.data()) + 8;
-    const char* end = begin + header_length;
-    const std::string where = "header (file bytes " + detail::byte_range(8, 8 + header_length) + ")";
+  nlohmann::json parse_header_json(std::uint64_t header_length) const;
 
-    std::vector<std::vector<std::string>> keys_per_open_object;
-    std::optional<std::string> duplicate_key;
-    const auto reject_duplicates = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-      using event_t = nlohmann::json::parse_event_t;
-      if (event == event_t::object_start) keys_per_open_object.emplace_back();
-      if (event == event_t::object_end && !keys_per_open_object.empty()) keys_per_open_object.pop_back();
-      if (event == event_t::key && !keys_per_open_object.empty() && !duplicate_key) {
-        std::vector<std::string>& keys = keys_per_open_object.back();
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (std::find(keys.begin(), keys.end(), key) != keys.end()) duplicate_key = key;
-        keys.push_back(key);
-      }
-      return true;
-    };
-
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(begin, end, reject_duplicates);
-    } catch (const nlohmann::json::parse_error& e) {
-      // e.byte counts the characters read, so the offending one is e.byte - 1.
-      const std::uint64_t at = 8 + std::min<std::uint64_t>(e.byte > 0 ? e.byte - 1 : 0, header_length);
-      throw malformed("the " + where + " is not valid JSON; the parser stopped near file byte offset " +
-                      std::to_string(at) + ": " + e.what());
-    } catch (const nlohmann::json::exception& e) {
-      // out_of_range: a number beyond a double (1e999), which has no offset
-      throw malformed("the " + where + " is not valid JSON: " + e.what());
-    }
-    if (duplicate_key)
-      throw malformed("the " + where + " has the key " + detail::quoted(*duplicate_key) +
-                      " twice in one object; JSON readers disagree on which to keep");
-    if (!header.is_object())
-      throw malformed("the " + where + " is a JSON " + header.type_name() + ", not an object");
-    return header;
-  }
-
-  void parse_metadata(const nlohmann::json& meta, const std::string& where) {
-    if (!meta.is_object())
-      throw malformed("\"__metadata__\" in the " + where + " is a JSON " + meta.type_name() +
-                      ", not an object of strings");
-    for (const auto& [key, value] : meta.items()) {
-      if (!value.is_string())
-        throw malformed("\"__metadata__\" in the " + where + ": the value of " + detail::quoted(key) +
-                        " is a JSON " + value.type_name() + "; metadata values must be strings");
-      metadata_.emplace(key, value.get<std::string>());
-    }
-  }
+  void parse_metadata(const nlohmann::json& meta, const std::string& where);
 
   // Reads a JSON array of non-negative integers, or says what is wrong with it.
-  static std::optional<std::string> read_unsigned_array(const nlohmann::json& value, std::vector<std::uint64_t>& out) {
-    if (!value.is_array()) return std::string("is a JSON ") + value.type_name() + ", not an array";
-    for (std::size_t i = 0; i < value.size(); ++i) {
-      const nlohmann::json& item = value[i];
-      // An array or object is named, not printed: printing recurses once per
-      // level, and a hostile header nests deeper than the stack holds.
-      if (!item.is_number_unsigned())
-        return "has " + (item.is_structured() ? std::string("a JSON ") + item.type_name() : item.dump()) +
-               " at index " + std::to_string(i) + ", not a non-negative integer";
-      out.push_back(item.get<std::uint64_t>());
-    }
-    return std::nullopt;
-  }
+  static std::optional<std::string> read_unsigned_array(const nlohmann::json& value, std::vector<std::uint64_t>& out);
 
-  void parse() {
-    const std::uint64_t file_size = bytes_.size();
-    if (file_size < 8)
-      throw malformed("the file is " + std::to_string(file_size) +
-                      " bytes long, shorter than the 8-byte header length at file bytes [0, 8)");
-    std::uint64_t header_length = 0;
-    for (std::size_t i = 0; i < 8; ++i) header_length |= std::uint64_t{std::to_integer<std::uint8_t>(bytes_[i])} << (8 * i);
-    if (header_length > file_size - 8)
-      throw malformed("the header length at file bytes [0, 8) is " + std::to_string(header_length) +
-                      " but only " + std::to_string(file_size - 8) + " bytes follow it");
-    if (header_length == 0 || bytes_[8] != std::byte{'{'})
-      throw malformed("the header at file byte offset 8 does not begin with '{'");
-    data_start_ = 8 + header_length;
-    const std::uint64_t buffer_size = file_size - data_start_;
-    const std::string where = "header (file bytes " + detail::byte_range(8, data_start_) + ")";
-    const std::string buffer_where =
-        "the data buffer (file bytes " + detail::byte_range(data_start_, file_size) + ", " +
-        std::to_string(buffer_size) + " bytes)";
-
-    const nlohmann::json header = parse_header_json(header_length);
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        parse_metadata(entry, where);
-        continue;
-      }
-      const std::string which = "tensor " + detail::quoted(name) + " in the " + where;
-      if (!entry.is_object())
-        throw malformed(which + " is a JSON " + entry.type_name() +
-                        ", not an object with dtype, shape and data_offsets");
-      for (const auto& [field, value] : entry.items())
-        if (field != "dtype" && field != "shape" && field != "data_offsets")
-          throw malformed(which + " has the unknown field " + detail::quoted(field) +
-                          "; an entry holds only dtype, shape and data_offsets");
-      for (const char* field : {"dtype", "shape", "data_offsets"})
-        if (!entry.contains(field)) throw malformed(which + " has no \"" + std::string(field) + "\"");
-
-      const nlohmann::json& dtype = entry["dtype"];
-      if (!dtype.is_string())
-        throw malformed(which + ": \"dtype\" is a JSON " + dtype.type_name() + ", not a string");
-      std::size_t element_bytes = 0;
-      try {
-        element_bytes = dtype_size(dtype.get_ref<const std::string&>());
-      } catch (const std::invalid_argument& e) {
-        throw malformed(which + ": " + e.what());
-      }
-
-      std::vector<std::uint64_t> dims;
-      if (auto problem = read_unsigned_array(entry["shape"], dims))
-        throw malformed(which + ": \"shape\" " + *problem);
-      std::vector<std::int64_t> shape;
-      for (std::uint64_t dim : dims) {
-        if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-          throw malformed(which + ": \"shape\" has the dimension " + std::to_string(dim) +
-                          ", larger than a signed 64-bit integer holds");
-        shape.push_back(static_cast<std::int64_t>(dim));
-      }
-
-      std::vector<std::uint64_t> offsets;
-      if (auto problem = read_unsigned_array(entry["data_offsets"], offsets))
-        throw malformed(which + ": \"data_offsets\" " + *problem);
-      if (offsets.size() != 2)
-        throw malformed(which + ": \"data_offsets\" has " + std::to_string(offsets.size()) +
-                        " numbers, not the 2 of [begin, end]");
-      const std::uint64_t begin = offsets[0], end = offsets[1];
-      const std::string offsets_text =
-          "\"data_offsets\" [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-      if (begin > end) throw malformed(which + ": " + offsets_text + " ends before it begins");
-
-      const std::optional<std::uint64_t> expected = detail::tensor_byte_size(shape, element_bytes);
-      if (!expected)
-        throw malformed(which + ": shape " + shape_string(shape) + " has more elements than 64 bits can count");
-      if (end - begin != *expected)
-        throw malformed(which + ": " + offsets_text + " span " + std::to_string(end - begin) +
-                        " bytes but shape " + shape_string(shape) + " of dtype " + dtype.get<std::string>() +
-                        " needs " + std::to_string(*expected) + " bytes");
-      if (end > buffer_size)
-        throw malformed(which + ": " + offsets_text + " (file bytes " +
-                        detail::byte_range(data_start_ + begin, data_start_ + end) +
-                        ") reach past the end of " + buffer_where);
-
-      tensors_.push_back({name, dtype.get<std::string>(), std::move(shape)});
-      offsets_.emplace_back(begin, end);
-    }
-
-    // Order by offsets; ties (zero-sized tensors) keep the header's key order.
-    std::vector<std::size_t> order(tensors_.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offsets_[a] < offsets_[b]; });
-    std::vector<tensor_spec> sorted_tensors;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> sorted_offsets;
-    for (std::size_t i : order) {
-      sorted_tensors.push_back(std::move(tensors_[i]));
-      sorted_offsets.push_back(offsets_[i]);
-    }
-    tensors_ = std::move(sorted_tensors);
-    offsets_ = std::move(sorted_offsets);
-
-    // The tensors must tile the data buffer exactly: no overlaps, no holes.
-    std::uint64_t covered_to = 0;
-    for (std::size_t i = 0; i < tensors_.size(); ++i) {
-      const auto [begin, end] = offsets_[i];
-      const std::string file_bytes = "file bytes " + detail::byte_range(data_start_ + begin, data_start_ + end);
-      if (begin < covered_to)
-        throw malformed("tensor " + detail::quoted(tensors_[i].name) + " (" + file_bytes +
-                        ") overlaps tensor " + detail::quoted(tensors_[i - 1].name) + " (file bytes " +
-                        detail::byte_range(data_start_ + offsets_[i - 1].first, data_start_ + offsets_[i - 1].second) +
-                        ") in " + buffer_where);
-      if (begin > covered_to)
-        throw malformed("file bytes " + detail::byte_range(data_start_ + covered_to, data_start_ + begin) +
-                        " of " + buffer_where + " belong to no tensor; the gap lies " +
-                        (i == 0 ? "before the first tensor, " + detail::quoted(tensors_[i].name)
-                                : "between tensors " + detail::quoted(tensors_[i - 1].name) + " and " +
-                                      detail::quoted(tensors_[i].name)));
-      covered_to = end;
-    }
-    if (covered_to != buffer_size)
-      throw malformed("file bytes " + detail::byte_range(data_start_ + covered_to, file_size) + " at the end of " +
-                      buffer_where + " belong to no tensor");
-
-    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
-  }
+  void parse();
 
   std::filesystem::path path_;
   std::vector<std::byte> bytes_;                                    // the whole file
@@ -639,6 +425,241 @@ class safetensors_file {
   std::map<std::string, std::size_t, std::less<>> index_;           // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
+
+// The reading functions, compiled once with TYPEFLOW_COMPILED_IO (io/compiled.hpp).
+#if TYPEFLOW_IO_DEFINITIONS
+TYPEFLOW_IO_INLINE safetensors_file safetensors_file::read(const std::filesystem::path& path) {
+  safetensors_file file;
+  file.path_ = path;
+  file.bytes_ = read_whole_file(path);
+  file.parse();
+  return file;
+}
+
+TYPEFLOW_IO_INLINE std::vector<std::byte> safetensors_file::read_whole_file(const std::filesystem::path& path) {
+  const auto fail = [&](const std::string& what, int error) {
+    return std::runtime_error("cannot read safetensors file \"" + path.string() + "\": " + what +
+                              ": " + detail::errno_text(error));
+  };
+  detail::fd_guard file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) {
+    const int error = errno;
+    throw fail("cannot open it", error);
+  }
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) {
+    const int error = errno;
+    throw fail("cannot stat it", error);
+  }
+  if (!S_ISREG(info.st_mode)) throw fail("it is not a regular file", S_ISDIR(info.st_mode) ? EISDIR : EINVAL);
+
+  std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(file.get(), bytes.data() + done,
+                               std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30));
+    if (got < 0) {
+      const int error = errno;
+      if (error == EINTR) continue;
+      throw fail("reading at byte offset " + std::to_string(done) + " failed", error);
+    }
+    if (got == 0)
+      throw std::runtime_error("cannot read safetensors file \"" + path.string() + "\": it shrank from " +
+                               std::to_string(bytes.size()) + " to " + std::to_string(done) +
+                               " bytes while being read");
+    done += static_cast<std::size_t>(got);
+  }
+  return bytes;
+}
+
+TYPEFLOW_IO_INLINE nlohmann::json safetensors_file::parse_header_json(std::uint64_t header_length) const {
+  const char* begin = reinterpret_cast<const char*>(bytes_.data()) + 8;
+  const char* end = begin + header_length;
+  const std::string where = "header (file bytes " + detail::byte_range(8, 8 + header_length) + ")";
+
+  std::vector<std::vector<std::string>> keys_per_open_object;
+  std::optional<std::string> duplicate_key;
+  const auto reject_duplicates = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using event_t = nlohmann::json::parse_event_t;
+    if (event == event_t::object_start) keys_per_open_object.emplace_back();
+    if (event == event_t::object_end && !keys_per_open_object.empty()) keys_per_open_object.pop_back();
+    if (event == event_t::key && !keys_per_open_object.empty() && !duplicate_key) {
+      std::vector<std::string>& keys = keys_per_open_object.back();
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) duplicate_key = key;
+      keys.push_back(key);
+    }
+    return true;
+  };
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(begin, end, reject_duplicates);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte counts the characters read, so the offending one is e.byte - 1.
+    const std::uint64_t at = 8 + std::min<std::uint64_t>(e.byte > 0 ? e.byte - 1 : 0, header_length);
+    throw malformed("the " + where + " is not valid JSON; the parser stopped near file byte offset " +
+                    std::to_string(at) + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range: a number beyond a double (1e999), which has no offset
+    throw malformed("the " + where + " is not valid JSON: " + e.what());
+  }
+  if (duplicate_key)
+    throw malformed("the " + where + " has the key " + detail::quoted(*duplicate_key) +
+                    " twice in one object; JSON readers disagree on which to keep");
+  if (!header.is_object())
+    throw malformed("the " + where + " is a JSON " + header.type_name() + ", not an object");
+  return header;
+}
+
+TYPEFLOW_IO_INLINE void safetensors_file::parse_metadata(const nlohmann::json& meta, const std::string& where) {
+  if (!meta.is_object())
+    throw malformed("\"__metadata__\" in the " + where + " is a JSON " + meta.type_name() +
+                    ", not an object of strings");
+  for (const auto& [key, value] : meta.items()) {
+    if (!value.is_string())
+      throw malformed("\"__metadata__\" in the " + where + ": the value of " + detail::quoted(key) +
+                      " is a JSON " + value.type_name() + "; metadata values must be strings");
+    metadata_.emplace(key, value.get<std::string>());
+  }
+}
+
+TYPEFLOW_IO_INLINE std::optional<std::string> safetensors_file::read_unsigned_array(const nlohmann::json& value, std::vector<std::uint64_t>& out) {
+  if (!value.is_array()) return std::string("is a JSON ") + value.type_name() + ", not an array";
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const nlohmann::json& item = value[i];
+    // An array or object is named, not printed: printing recurses once per
+    // level, and a hostile header nests deeper than the stack holds.
+    if (!item.is_number_unsigned())
+      return "has " + (item.is_structured() ? std::string("a JSON ") + item.type_name() : item.dump()) +
+             " at index " + std::to_string(i) + ", not a non-negative integer";
+    out.push_back(item.get<std::uint64_t>());
+  }
+  return std::nullopt;
+}
+
+TYPEFLOW_IO_INLINE void safetensors_file::parse() {
+  const std::uint64_t file_size = bytes_.size();
+  if (file_size < 8)
+    throw malformed("the file is " + std::to_string(file_size) +
+                    " bytes long, shorter than the 8-byte header length at file bytes [0, 8)");
+  std::uint64_t header_length = 0;
+  for (std::size_t i = 0; i < 8; ++i) header_length |= std::uint64_t{std::to_integer<std::uint8_t>(bytes_[i])} << (8 * i);
+  if (header_length > file_size - 8)
+    throw malformed("the header length at file bytes [0, 8) is " + std::to_string(header_length) +
+                    " but only " + std::to_string(file_size - 8) + " bytes follow it");
+  if (header_length == 0 || bytes_[8] != std::byte{'{'})
+    throw malformed("the header at file byte offset 8 does not begin with '{'");
+  data_start_ = 8 + header_length;
+  const std::uint64_t buffer_size = file_size - data_start_;
+  const std::string where = "header (file bytes " + detail::byte_range(8, data_start_) + ")";
+  const std::string buffer_where =
+      "the data buffer (file bytes " + detail::byte_range(data_start_, file_size) + ", " +
+      std::to_string(buffer_size) + " bytes)";
+
+  const nlohmann::json header = parse_header_json(header_length);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      parse_metadata(entry, where);
+      continue;
+    }
+    const std::string which = "tensor " + detail::quoted(name) + " in the " + where;
+    if (!entry.is_object())
+      throw malformed(which + " is a JSON " + entry.type_name() +
+                      ", not an object with dtype, shape and data_offsets");
+    for (const auto& [field, value] : entry.items())
+      if (field != "dtype" && field != "shape" && field != "data_offsets")
+        throw malformed(which + " has the unknown field " + detail::quoted(field) +
+                        "; an entry holds only dtype, shape and data_offsets");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!entry.contains(field)) throw malformed(which + " has no \"" + std::string(field) + "\"");
+
+    const nlohmann::json& dtype = entry["dtype"];
+    if (!dtype.is_string())
+      throw malformed(which + ": \"dtype\" is a JSON " + dtype.type_name() + ", not a string");
+    std::size_t element_bytes = 0;
+    try {
+      element_bytes = dtype_size(dtype.get_ref<const std::string&>());
+    } catch (const std::invalid_argument& e) {
+      throw malformed(which + ": " + e.what());
+    }
+
+    std::vector<std::uint64_t> dims;
+    if (auto problem = read_unsigned_array(entry["shape"], dims))
+      throw malformed(which + ": \"shape\" " + *problem);
+    std::vector<std::int64_t> shape;
+    for (std::uint64_t dim : dims) {
+      if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        throw malformed(which + ": \"shape\" has the dimension " + std::to_string(dim) +
+                        ", larger than a signed 64-bit integer holds");
+      shape.push_back(static_cast<std::int64_t>(dim));
+    }
+
+    std::vector<std::uint64_t> offsets;
+    if (auto problem = read_unsigned_array(entry["data_offsets"], offsets))
+      throw malformed(which + ": \"data_offsets\" " + *problem);
+    if (offsets.size() != 2)
+      throw malformed(which + ": \"data_offsets\" has " + std::to_string(offsets.size()) +
+                      " numbers, not the 2 of [begin, end]");
+    const std::uint64_t begin = offsets[0], end = offsets[1];
+    const std::string offsets_text =
+        "\"data_offsets\" [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+    if (begin > end) throw malformed(which + ": " + offsets_text + " ends before it begins");
+
+    const std::optional<std::uint64_t> expected = detail::tensor_byte_size(shape, element_bytes);
+    if (!expected)
+      throw malformed(which + ": shape " + shape_string(shape) + " has more elements than 64 bits can count");
+    if (end - begin != *expected)
+      throw malformed(which + ": " + offsets_text + " span " + std::to_string(end - begin) +
+                      " bytes but shape " + shape_string(shape) + " of dtype " + dtype.get<std::string>() +
+                      " needs " + std::to_string(*expected) + " bytes");
+    if (end > buffer_size)
+      throw malformed(which + ": " + offsets_text + " (file bytes " +
+                      detail::byte_range(data_start_ + begin, data_start_ + end) +
+                      ") reach past the end of " + buffer_where);
+
+    tensors_.push_back({name, dtype.get<std::string>(), std::move(shape)});
+    offsets_.emplace_back(begin, end);
+  }
+
+  // Order by offsets; ties (zero-sized tensors) keep the header's key order.
+  std::vector<std::size_t> order(tensors_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offsets_[a] < offsets_[b]; });
+  std::vector<tensor_spec> sorted_tensors;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> sorted_offsets;
+  for (std::size_t i : order) {
+    sorted_tensors.push_back(std::move(tensors_[i]));
+    sorted_offsets.push_back(offsets_[i]);
+  }
+  tensors_ = std::move(sorted_tensors);
+  offsets_ = std::move(sorted_offsets);
+
+  // The tensors must tile the data buffer exactly: no overlaps, no holes.
+  std::uint64_t covered_to = 0;
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto [begin, end] = offsets_[i];
+    const std::string file_bytes = "file bytes " + detail::byte_range(data_start_ + begin, data_start_ + end);
+    if (begin < covered_to)
+      throw malformed("tensor " + detail::quoted(tensors_[i].name) + " (" + file_bytes +
+                      ") overlaps tensor " + detail::quoted(tensors_[i - 1].name) + " (file bytes " +
+                      detail::byte_range(data_start_ + offsets_[i - 1].first, data_start_ + offsets_[i - 1].second) +
+                      ") in " + buffer_where);
+    if (begin > covered_to)
+      throw malformed("file bytes " + detail::byte_range(data_start_ + covered_to, data_start_ + begin) +
+                      " of " + buffer_where + " belong to no tensor; the gap lies " +
+                      (i == 0 ? "before the first tensor, " + detail::quoted(tensors_[i].name)
+                              : "between tensors " + detail::quoted(tensors_[i - 1].name) + " and " +
+                                    detail::quoted(tensors_[i].name)));
+    covered_to = end;
+  }
+  if (covered_to != buffer_size)
+    throw malformed("file bytes " + detail::byte_range(data_start_ + covered_to, file_size) + " at the end of " +
+                    buffer_where + " belong to no tensor");
+
+  for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+#endif
 
 // ---------------------------------------------------------------------------
 // Checking a file against a model
@@ -656,7 +677,9 @@ class safetensors_file {
 //     extra.weight: not in the model
 //
 // expected must not name a tensor twice (std::invalid_argument otherwise).
-inline void check_tensors_match(const safetensors_file& file, std::span<const tensor_spec> expected) {
+TYPEFLOW_IO_INLINE void check_tensors_match(const safetensors_file& file, std::span<const tensor_spec> expected)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   constexpr std::size_t shown = 5;
   std::vector<std::string> mismatches;
   std::map<std::string_view, bool, std::less<>> expected_names;
@@ -688,5 +711,8 @@ inline void check_tensors_match(const safetensors_file& file, std::span<const te
   if (mismatches.size() > shown) message += "\n  ... and " + std::to_string(mismatches.size() - shown) + " more";
   throw std::runtime_error(message);
 }
+#else
+;
+#endif
 
 }  // namespace typeflow::io

@@ -44,6 +44,7 @@
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
+#include "typeflow/io/compiled.hpp"
 
 namespace typeflow {
 
@@ -95,7 +96,9 @@ struct checkpoint_counters {
   std::optional<fit_snapshot> fit{};      // written during fit: where it stood
 };
 
-inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity& id, const checkpoint_counters& c) {
+TYPEFLOW_IO_INLINE nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity& id, const checkpoint_counters& c)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   const auto& ls = c.engine.loss_scale;
   nlohmann::ordered_json m = {
           {"format", "typeflow-checkpoint"},
@@ -128,14 +131,19 @@ inline nlohmann::ordered_json make_checkpoint_manifest(const checkpoint_identity
   if (c.fit) m["fit"] = fit_snapshot_json(*c.fit);
   return m;
 }
+#else
+;
+#endif
 
 // Checks the manifest against this model (identity, and the optimizer that
 // compile() was given) and returns its counters; `tensors`, the checkpoint's
 // state.safetensors, holds the callbacks' float arrays that "fit" names. Throws std::runtime_error
 // naming the checkpoint and the first field that differs.
-inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, const std::filesystem::path& where,
-                                                    const checkpoint_identity& id, std::string_view optimizer,
-                                                    int slots, const io::safetensors_file* tensors = nullptr) {
+TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, const std::filesystem::path& where,
+                                                                const checkpoint_identity& id, std::string_view optimizer,
+                                                                int slots, const io::safetensors_file* tensors = nullptr)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   const auto fail = [&](const std::string& what) {
     return std::runtime_error("load_checkpoint: \"" + where.string() + "\" " + what);
   };
@@ -203,5 +211,8 @@ inline checkpoint_counters read_checkpoint_manifest(const nlohmann::json& m, con
     throw fail("has a manifest.json whose " + std::string(e.what()));
   }
 }
+#else
+;
+#endif
 
 }  // namespace typeflow

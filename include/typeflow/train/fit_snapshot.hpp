@@ -21,6 +21,7 @@
 
 #include "typeflow/io/json_fields.hpp"
 #include "typeflow/train/callback.hpp"
+#include "typeflow/io/compiled.hpp"
 
 namespace typeflow {
 
@@ -61,7 +62,9 @@ inline std::vector<double> numbers_from_json(const nlohmann::json& j) {
 
 // The manifest's "fit" object (the callbacks' tensors go beside the others,
 // as "callbacks.<key>.<name>").
-inline nlohmann::ordered_json fit_snapshot_json(const fit_snapshot& s) {
+TYPEFLOW_IO_INLINE nlohmann::ordered_json fit_snapshot_json(const fit_snapshot& s)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   nlohmann::ordered_json history = nlohmann::ordered_json::object(), means = nlohmann::ordered_json::object(),
                          callbacks = nlohmann::ordered_json::object();
   for (const auto& [name, values] : s.history) history[name] = detail::json_numbers(values);
@@ -76,12 +79,17 @@ inline nlohmann::ordered_json fit_snapshot_json(const fit_snapshot& s) {
   return {{"epoch", s.epoch}, {"step", s.step},         {"epoch_key", s.epoch_key},
           {"history", history}, {"means", means},       {"callbacks", callbacks}};
 }
+#else
+;
+#endif
 
 // The snapshot from the manifest's "fit" object; the callbacks' tensors by
 // tensor(name), which returns the named tensor's floats. Throws
 // nlohmann::json::exception or std::invalid_argument on a malformed object.
-inline fit_snapshot fit_snapshot_from_json(const nlohmann::json& j,
-                                           const std::function<std::vector<float>(const std::string&)>& tensor) {
+TYPEFLOW_IO_INLINE fit_snapshot fit_snapshot_from_json(const nlohmann::json& j,
+                                                       const std::function<std::vector<float>(const std::string&)>& tensor)
+#if TYPEFLOW_IO_DEFINITIONS
+{
   fit_snapshot s;
   s.epoch = io::whole_number<int>(j, "epoch");
   s.step = io::whole_number<std::int64_t>(j, "step");
@@ -99,5 +107,8 @@ inline fit_snapshot fit_snapshot_from_json(const nlohmann::json& j,
   }
   return s;
 }
+#else
+;
+#endif
 
 }  // namespace typeflow
