@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # typeflow vs PyTorch, one training step of the same small GPT, in one run.
 #
-#   bench/compare_pytorch_gpt.sh [--config small|large|both] [--repeat N] [--min-time SECONDS]
+#   bench/compare_pytorch_gpt.sh [--config small|large|both|gpt2] [--repeat N] [--min-time SECONDS]
 #                                [--pytorch-only] [--typeflow-passive]
 #
 # 1. Finds a python3 that imports torch (installs Debian's python3-torch if none
@@ -28,6 +28,8 @@
 # exact GELU, AdamW(1e-3, betas (0.9, 0.99), weight decay 0.1), float32.
 #   small: 4 layers, 4 heads, n_embd 128, block 64,  batch 12
 #   large: 6 layers, 6 heads, n_embd 384, block 256, batch 64
+#   gpt2:  GPT-2 124M (V 50257, 1024 positions, tanh GELU, tied head),
+#          block 64, batch 4; not part of "both"
 #
 # Environment for both sides: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
 # (where the machine sets them they halve OpenBLAS's sgemm) and
@@ -60,15 +62,15 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 case $config in
-  small|large) configs=("$config") ;;
+  small|large|gpt2) configs=("$config") ;;
   both) configs=(small large) ;;
-  *) echo "compare_pytorch_gpt.sh: --config must be small, large or both, not $config" >&2; exit 2 ;;
+  *) echo "compare_pytorch_gpt.sh: --config must be small, large, both or gpt2, not $config" >&2; exit 2 ;;
 esac
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch_gpt.sh: --repeat needs a positive integer" >&2; exit 2; }
 # min_time_for CONFIG: the --min-time both sides get.
 min_time_for() {
   if [[ -n $min_time ]]; then echo "$min_time"
-  elif [[ $1 == large ]]; then echo 20
+  elif [[ $1 == large || $1 == gpt2 ]]; then echo 20
   else echo 5
   fi
 }

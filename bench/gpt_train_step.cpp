@@ -1,20 +1,25 @@
 // A GPT's training step on the CPU: typeflow's side of bench/compare_pytorch_gpt.sh.
 //
-//   build/bench/gpt_train_step [--config small|large|both] [--policy float32|mixed_bfloat16|mixed_float16]
+//   build/bench/gpt_train_step [--config small|large|both|gpt2] [--policy float32|mixed_bfloat16|mixed_float16]
 //                              [--min-time S] [benchmark flags...]
 //
 // small: n_layer 4, n_head 4, n_embd 128, block 64, batch 12 (the char_gpt demo's model)
 // large: n_layer 6, n_head 6, n_embd 384, block 256, batch 64
-// Both as bench/pytorch_gpt.py writes them: 65-token vocabulary, learned
+// gpt2:  GPT-2 124M (io/hf_gpt2.hpp's network): n_layer 12, n_head 12,
+//        n_embd 768, vocabulary 50257, 1024 positions, tanh GELU, the head
+//        tied to the token embedding; block 64, batch 4 ("both" leaves it out)
+// small and large as bench/pytorch_gpt.py writes them: 65-token vocabulary, learned
 // positions, pre-norm blocks (layer_norm eps 1e-5, exact gelu, 4x MLP), an
 // untied head with bias, no dropout, activations kept (no recompute), and
 // AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1) over random tokens.
 // One benchmark iteration is one train_on_batch; items_per_second is
 // tokens/s. After the Google Benchmark table, one line per configuration
 // for the comparison script:
-//   typeflow config=small tokens_per_second=X step_ms=Y peak_rss_mib=Z params=N policy=P
+//   typeflow config=small tokens_per_second=X step_ms=Y peak_rss_mib=Z params=N policy=P arena_mib=A
 // peak_rss_mib is the process's peak resident memory so far (getrusage), so
-// run one configuration per process to read each one's peak. --policy picks
+// run one configuration per process to read each one's peak; arena_mib is the
+// model's compile-time memory plan (memory_plan::total_bytes), to compare
+// with it. --policy picks
 // the precision policy (float32 by default; the head stays float32 under
 // every policy, as a mixed policy requires).
 #include <sys/resource.h>
@@ -49,6 +54,7 @@ using gpt = tf::sequential<
 
 using small_gpt = gpt<4, 4, 128, 64>;
 using large_gpt = gpt<6, 6, 384, 256>;
+using gpt2_124m = tf::io::hf_gpt2::network<12, 12, 768, 1024, 50257, 64>;
 
 double peak_rss_mib() {
   rusage usage{};
@@ -59,11 +65,12 @@ double peak_rss_mib() {
 template <class Net, int Batch, class Policy = tf::float32_policy>
 void train_step(benchmark::State& state) {
   constexpr int block = Net::input_shape_type::template dim<0>;
+  constexpr int tokens = tf::model<Net, Policy>::classes;  // the vocabulary
   using ids = tf::data::tensor_value<std::int32_t, tf::shape<block>>;
   tf::data::batch_of<Batch, ids, ids> batch;
   for (std::size_t i = 0; i < batch.features.size(); ++i) {
-    batch.features[i] = static_cast<std::int32_t>(tf::random_stream{1, 0}.uniform(i) * vocab);
-    batch.labels[i] = static_cast<std::int32_t>(tf::random_stream{2, 0}.uniform(i) * vocab);
+    batch.features[i] = static_cast<std::int32_t>(tf::random_stream{1, 0}.uniform(i) * tokens);
+    batch.labels[i] = static_cast<std::int32_t>(tf::random_stream{2, 0}.uniform(i) * tokens);
   }
   batch.valid = Batch;
   auto model = std::make_unique<tf::model<Net, Policy>>(1);
@@ -80,10 +87,13 @@ void train_step(benchmark::State& state) {
 
 BENCHMARK_TEMPLATE(train_step, small_gpt, 12)->Name("gpt/small")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, large_gpt, 64)->Name("gpt/large")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, gpt2_124m, 4)->Name("gpt/gpt2")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, small_gpt, 12, tf::mixed_bfloat16)
     ->Name("gpt_mixed_bfloat16/small")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_bfloat16)
     ->Name("gpt_mixed_bfloat16/large")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(train_step, gpt2_124m, 4, tf::mixed_bfloat16)
+    ->Name("gpt_mixed_bfloat16/gpt2")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, small_gpt, 12, tf::mixed_float16)
     ->Name("gpt_mixed_float16/small")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_float16)
@@ -93,7 +103,7 @@ BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_float16)
 class summary_reporter : public benchmark::ConsoleReporter {
  public:
   struct figures {
-    double tokens_per_second = 0, step_ms = 0, peak_rss_mib = 0, params = 0;
+    double tokens_per_second = 0, step_ms = 0, peak_rss_mib = 0, params = 0, arena_mib = 0;
   };
   std::map<std::string, figures> results;
 
@@ -102,7 +112,9 @@ class summary_reporter : public benchmark::ConsoleReporter {
     for (const auto& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
       const std::string name = run.benchmark_name();
-      const std::string config = name.find("large") != std::string::npos ? "large" : "small";
+      const std::string config = name.find("large") != std::string::npos  ? "large"
+                                 : name.find("gpt2") != std::string::npos ? "gpt2"
+                                                                          : "small";
       figures f;
       f.step_ms = run.GetAdjustedRealTime();
       const auto counter = [&](const char* key) {
@@ -112,6 +124,7 @@ class summary_reporter : public benchmark::ConsoleReporter {
       f.tokens_per_second = counter("items_per_second");
       f.peak_rss_mib = counter("peak_rss_mib");
       f.params = counter("params");
+      f.arena_mib = counter("arena_mib");
       results[config] = f;
     }
   }
@@ -132,8 +145,8 @@ int main(int argc, char** argv) {
     else
       args.push_back(argv[i]);
   }
-  if (config != "small" && config != "large" && config != "both") {
-    std::fprintf(stderr, "gpt_train_step: --config takes small, large or both; got %s\n", config.c_str());
+  if (config != "small" && config != "large" && config != "both" && config != "gpt2") {
+    std::fprintf(stderr, "gpt_train_step: --config takes small, large, both or gpt2; got %s\n", config.c_str());
     return 2;
   }
   if (policy != "float32" && policy != "mixed_bfloat16" && policy != "mixed_float16") {
@@ -142,7 +155,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string prefix = policy == "float32" ? "gpt/" : "gpt_" + policy + "/";
-  std::string filter = "--benchmark_filter=^" + prefix + (config == "both" ? std::string() : config);
+  std::string filter = "--benchmark_filter=^" + prefix + (config == "both" ? std::string("(small|large)") : config);
   std::string time = "--benchmark_min_time=" + (min_time.empty() ? std::string("3") : min_time);
   args.push_back(filter.data());
   args.push_back(time.data());
@@ -152,8 +165,9 @@ int main(int argc, char** argv) {
   summary_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   for (const auto& [name, f] : reporter.results)
-    std::printf("typeflow config=%s tokens_per_second=%.0f step_ms=%.2f peak_rss_mib=%.0f params=%.0f policy=%s\n",
-                name.c_str(), f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params, policy.c_str());
+    std::printf("typeflow config=%s tokens_per_second=%.0f step_ms=%.2f peak_rss_mib=%.0f params=%.0f policy=%s "
+                "arena_mib=%.0f\n",
+                name.c_str(), f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params, policy.c_str(), f.arena_mib);
   benchmark::Shutdown();
   return 0;
 }

@@ -25,6 +25,9 @@ weight_decay 0.1 on the 2-D parameters (matmul weights, both embeddings) and
 Configurations (nanoGPT's "baby GPT" shakespeare_char is the large one):
   small: n_layer 4, n_head 4, n_embd 128, block_size  64, batch 12
   large: n_layer 6, n_head 6, n_embd 384, block_size 256, batch 64
+  gpt2:  GPT-2 124M: n_layer 12, n_head 12, n_embd 768, vocab 50257, 1024
+         positions, tanh GELU, the head tied to the token embedding (no
+         bias); block_size 64, batch 4
 
 Data: random token sequences of length T+1 (seeded) with inputs seq[:, :-1]
 and targets seq[:, 1:]; a pool of 8 batches drawn before timing is cycled, so
@@ -57,6 +60,10 @@ CONFIGS = {
     #        n_layer n_head n_embd block_size batch warmup min_time
     "small": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, warmup=10, min_time=5.0),
     "large": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=64, warmup=2, min_time=20.0),
+    # GPT-2 124M as Hugging Face's GPT2LMHeadModel: V 50257, 1024 positions
+    # (T 64 of them read), tanh GELU, the head tied to wte (no bias).
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=64, batch=4, warmup=2, min_time=20.0,
+                 vocab=50257, positions=1024, tied=True, gelu="tanh"),
 }
 
 
@@ -87,10 +94,10 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, n_embd: int) -> None:
+    def __init__(self, n_embd: int, gelu: str = "none") -> None:
         super().__init__()
         self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=True)
-        self.gelu = nn.GELU()  # exact (erf) GELU
+        self.gelu = nn.GELU(approximate=gelu)  # "none": exact (erf) GELU; "tanh": GPT-2's
         self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,12 +105,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, block_size: int) -> None:
+    def __init__(self, n_embd: int, n_head: int, block_size: int, gelu: str = "none") -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
         self.attn = CausalSelfAttention(n_embd, n_head, block_size)
         self.ln_2 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.mlp = MLP(n_embd)
+        self.mlp = MLP(n_embd, gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -111,15 +118,18 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab: int, n_layer: int, n_head: int, n_embd: int, block_size: int) -> None:
+    def __init__(self, vocab: int, n_layer: int, n_head: int, n_embd: int, block_size: int,
+                 positions: int = 0, tied: bool = False, gelu: str = "none") -> None:
         super().__init__()
         self.block_size = block_size
         self.wte = nn.Embedding(vocab, n_embd)
-        self.wpe = nn.Embedding(block_size, n_embd)
-        self.blocks = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
+        self.wpe = nn.Embedding(positions or block_size, n_embd)
+        self.blocks = nn.ModuleList([Block(n_embd, n_head, block_size, gelu) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
-        self.lm_head = nn.Linear(n_embd, vocab, bias=True)  # untied
+        self.lm_head = nn.Linear(n_embd, vocab, bias=not tied)
         self.apply(self._init_weights)
+        if tied:
+            self.lm_head.weight = self.wte.weight  # GPT-2's tied head: one (V, D) matrix
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
@@ -163,7 +173,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    model = GPT(args.vocab, config["n_layer"], config["n_head"], config["n_embd"], block_size)
+    vocab = config.get("vocab", args.vocab)
+    model = GPT(vocab, config["n_layer"], config["n_head"], config["n_embd"], block_size,
+                config.get("positions", 0), config.get("tied", False), config.get("gelu", "none"))
     params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -172,7 +184,7 @@ def main() -> None:
                                   lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
 
     generator = torch.Generator().manual_seed(args.seed)
-    pool = [torch.randint(0, args.vocab, (batch, block_size + 1), generator=generator) for _ in range(8)]
+    pool = [torch.randint(0, vocab, (batch, block_size + 1), generator=generator) for _ in range(8)]
     pool = [(seq[:, :-1].contiguous(), seq[:, 1:].contiguous()) for seq in pool]
 
     def step(i: int) -> torch.Tensor:
@@ -210,7 +222,7 @@ def main() -> None:
     tokens = steps * batch * block_size
     print(f"pytorch config={args.config} tokens_per_second={tokens / elapsed:.1f} "
           f"step_ms={1000.0 * elapsed / steps:.2f} peak_rss_mib={peak_rss_mib:.1f} params={params} "
-          f"steps={steps} seconds={elapsed:.3f} batch={batch} block_size={block_size} vocab={args.vocab} "
+          f"steps={steps} seconds={elapsed:.3f} batch={batch} block_size={block_size} vocab={vocab} "
           f"threads={torch.get_num_threads()} loss={last_loss:.4f}")
 
 
