@@ -4,13 +4,33 @@
 // optimizer state), so a model can be compiled and fitted with new batch
 // sizes without losing its training state. Growth happens at set-up, never
 // inside a step.
+//
+// On Linux the block is an anonymous mapping, and growing it is mremap: the
+// kernel moves the pages, nothing is copied, and the old and the new block
+// never both exist. (With a heap block, growing allocates the new size,
+// copies and frees: GPT-2 124M's arena (2.2 GiB) peaked at 4.3 GB of resident
+// memory during the first step, when the step region is added.) New pages
+// are the kernel's zero pages until written. Under AddressSanitizer the
+// arena stays a heap block, so that ASan still checks its end.
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <new>
+#include <utility>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang's spelling of __SANITIZE_ADDRESS__
+#define TYPEFLOW_ARENA_ASAN 1
+#endif
+#endif
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !defined(TYPEFLOW_ARENA_ASAN)
+#include <sys/mman.h>
+#define TYPEFLOW_ARENA_MREMAP 1
+#else
+#define TYPEFLOW_ARENA_MREMAP 0
+#endif
 
 #include "typeflow/model/layer.hpp"
 
@@ -18,39 +38,79 @@ namespace typeflow {
 
 class arena {
  public:
-  std::byte* data() noexcept { return data_.get(); }
-  const std::byte* data() const noexcept { return data_.get(); }
+  arena() = default;
+  arena(const arena&) = delete;
+  arena& operator=(const arena&) = delete;
+  arena(arena&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  arena& operator=(arena&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  ~arena() { release(); }
+
+  std::byte* data() noexcept { return data_; }
+  const std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
 
   template <class T = float>
   T* at(std::size_t byte_offset) noexcept {
-    return reinterpret_cast<T*>(data_.get() + byte_offset);
+    return reinterpret_cast<T*>(data_ + byte_offset);
   }
   template <class T = float>
   const T* at(std::size_t byte_offset) const noexcept {
-    return reinterpret_cast<const T*>(data_.get() + byte_offset);
+    return reinterpret_cast<const T*>(data_ + byte_offset);
   }
 
   // Makes the arena at least `bytes` long, keeping its first `keep` bytes;
-  // new bytes are zero.
+  // the others (old and new) are zero.
   void reserve(std::size_t bytes, std::size_t keep) {
     if (bytes <= size_) return;
+    const std::size_t kept = keep < size_ ? keep : size_;
+#if TYPEFLOW_ARENA_MREMAP
+    const std::size_t rounded = round_to_pages(bytes);
+    void* grown = size_ == 0 ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                             : ::mremap(data_, size_, rounded, MREMAP_MAYMOVE);
+    if (grown == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<std::byte*>(grown);
+    if (kept < size_) std::memset(data_ + kept, 0, size_ - kept);  // pages past the old end are zero already
+#else
     const std::size_t rounded = align_up(bytes);
     void* raw = std::aligned_alloc(arena_alignment, rounded);
     if (!raw) throw std::bad_alloc();
-    std::unique_ptr<std::byte[], deleter> grown(static_cast<std::byte*>(raw));
-    const std::size_t kept = keep < size_ ? keep : size_;
-    if (kept) std::memcpy(grown.get(), data_.get(), kept);
-    std::memset(grown.get() + kept, 0, rounded - kept);
-    data_ = std::move(grown);
+    auto* grown = static_cast<std::byte*>(raw);
+    if (kept) std::memcpy(grown, data_, kept);
+    std::memset(grown + kept, 0, rounded - kept);
+    std::free(data_);
+    data_ = grown;
+#endif
     size_ = rounded;
   }
 
  private:
-  struct deleter {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<std::byte[], deleter> data_;
+#if TYPEFLOW_ARENA_MREMAP
+  static std::size_t round_to_pages(std::size_t bytes) {
+    constexpr std::size_t page = 4096;  // mmap's granularity; at least arena_alignment
+    static_assert(page % arena_alignment == 0);
+    return (bytes + page - 1) / page * page;
+  }
+#endif
+  void release() noexcept {
+    if (!data_) return;
+#if TYPEFLOW_ARENA_MREMAP
+    ::munmap(data_, size_);
+#else
+    std::free(data_);
+#endif
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
 
