@@ -149,6 +149,7 @@ class cpu_replicas {
       replica.program.reset();
       using plan = memory_plan<Net, N, 0>;
       replica.memory.reserve(plan::total_bytes, plan::activations_offset);
+      replica.context.native_bf16 = backend::cpu::native_bf16_products();
       replica.program = std::make_shared<step_program<Net, N, cpu>>(replica.memory.data(), plan::activations_offset,
                                                                     replica.context, replica.run);
       replica.program_batch = N;

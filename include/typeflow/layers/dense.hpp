@@ -118,10 +118,14 @@ struct dense {
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
     // A 16-bit input is read through a float32 copy, whatever this layer computes in.
     static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;
+    // The CPU's native bf16 path needs the input and d_out in 16 bits instead
+    // (at most as much, but for a float32 output wider than the input).
     static constexpr std::size_t scratch_bytes_per_sample =
-        copies_input ? rows_per_sample * (in_features + (stores_16bit ? units : 0)) * sizeof(float) : 0;
+        copies_input ? rows_per_sample * std::max((in_features + (stores_16bit ? units : 0)) * sizeof(float),
+                                                  (in_features + units) * std::size_t{2})
+                     : 0;
     static constexpr std::size_t scratch_bytes_per_step =
-        (copies_input ? 2 * arena_alignment : 0) + (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0);
+        (copies_input ? 3 * arena_alignment : 0) + (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0);
   };
 };
 

@@ -107,6 +107,17 @@ void round_in_place(float* values, std::size_t n) {
   round_into<Dtype>(values, values, n);
 }
 
+// values[i] rounded to Dtype in place, and stored[i] the same value in Dtype's
+// storage: one pass where a 16-bit product reads what float32 code also reads.
+template <class Dtype>
+void round_in_place_and_store(float* values, typename Dtype::value_type* stored, std::size_t n) {
+  static_assert(!std::is_same_v<Dtype, float32>, "round_in_place_and_store: Dtype is float16 or bfloat16");
+  detail::in_chunks(n, [=](std::size_t b, std::size_t e) {
+    convert(values + b, stored + b, e - b);
+    convert(stored + b, values + b, e - b);
+  });
+}
+
 template <class Dtype>
 void to_float(const typename Dtype::value_type* stored, float* out, std::size_t n) {
   if constexpr (std::is_same_v<Dtype, float32>) {

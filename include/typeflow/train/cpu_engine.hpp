@@ -216,6 +216,7 @@ class engine<Net, Policy, Strategy, cpu> {
       program_.reset();
       using plan = memory_plan<Program_net, N, 0>;
       memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
+      context_.native_bf16 = backend::cpu::native_bf16_products();
       program_ = std::make_shared<step_program<Program_net, N, cpu>>(memory_.data(), step_base(), context_, run_);
       program_batch_ = marker;
     }

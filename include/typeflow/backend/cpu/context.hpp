@@ -30,17 +30,24 @@
 #if TYPEFLOW_HAS_ONEDNN_CPP
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "typeflow/backend/cpu/products_16bit.hpp"
+
 namespace typeflow::backend::cpu {
 
 struct context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  // bfloat16 products as oneDNN bf16 primitives (backend/cpu/products_16bit.hpp).
+  bool native_bf16 = native_bf16_products();
 };
 
 }  // namespace typeflow::backend::cpu
 #else
 namespace typeflow::backend::cpu {
-struct context {};
+inline bool native_bf16_products() { return false; }
+struct context {
+  bool native_bf16 = false;
+};
 }  // namespace typeflow::backend::cpu
 #endif
 

@@ -3,9 +3,14 @@
 //
 // In a 16-bit compute dtype the product sees the input, kernel, bias,
 // output and every gradient rounded to 16 bits, with float32 accumulation.
-// oneDNN 2.6 has no 16-bit matmul for AVX2 CPUs, so the rounded values are
-// held in float32 and the product runs in float32 (precision/storage.hpp);
-// the output is stored in 16 bits when the layers after it read 16 bits.
+// Two ways to that (backend/cpu/products_16bit.hpp decides at set-up):
+//  - native (bfloat16 on AVX512-BF16 or AMX): oneDNN bf16 matmuls. The kernel
+//    is converted to bf16 in scratch, a bf16-stored input is read as it is
+//    (a float32 one is converted), and a bf16-stored output is written by the
+//    matmul itself, after the bias and the epilogue in float32;
+//  - emulated (AVX2, float16): the rounded values are held in float32 and the
+//    product runs in float32 (precision/storage.hpp).
+// Either way the output is stored in 16 bits when the layers after it read 16 bits.
 //
 // With lora<> the kernel is frozen: no kernel gradient is computed, and the
 // adapter (backend/cpu/lora.hpp) adds its term after the product, in float32.
@@ -43,14 +48,17 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   static constexpr bool with_lora = Layer::with_lora;
 
  public:
-  explicit executor(const layer_io<cpu>& io)
-      : io_(io),
-        forward_(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true, Layer::fused),
-        // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
-        input_grad_(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false) {
+  explicit executor(const layer_io<cpu>& io) : io_(io), native_(native_possible && io.context->native_bf16) {
+    const backend::cpu::gemm_storage bf16_in{native_, false};
+    forward_ = backend::cpu::matmul(*io.context, {rows, units, in_features, false, false, 0, kernel_stride}, true,
+                                    Layer::fused, false, 1.f, {native_, native_ && stores_16bit});
+    // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
+    input_grad_ = backend::cpu::matmul(*io.context, {rows, in_features, units, false, true, 0, kernel_stride}, false,
+                                       epilogue::none, false, 1.f, bf16_in);
     // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), unless the kernel is frozen
     if constexpr (!with_lora)
-      kernel_grad_ = backend::cpu::matmul(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride}, false);
+      kernel_grad_ = backend::cpu::matmul(*io.context, {in_features, units, rows, true, false, 0, 0, kernel_stride},
+                                          false, epilogue::none, false, 1.f, bf16_in);
     else
       adapter_ = backend::cpu::lora_adapter(
           *io.context,
@@ -64,6 +72,8 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   }
 
   void bind(std::byte* scratchpad) {
+    if constexpr (native_possible)
+      if (native_) return bind_native(scratchpad);
     const float* kernel = param_data<params, 0>(io_);
     const float* bias = param_data<params, 1>(io_);
     const float* in = io_.in;
@@ -88,6 +98,8 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   }
 
   void forward() {
+    if constexpr (native_possible)
+      if (native_) return forward_native();
     if constexpr (low_precision) round_weights();
     if constexpr (copies_input) round_input();
     forward_.run();
@@ -104,6 +116,8 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     // The gradient arriving here is held in 16 bits (it is this layer's
     // to use up), and the input is copied again: scratch does not
     // outlive a call.
+    if constexpr (native_possible)
+      if (native_) return backward_native();
     if constexpr (low_precision) {
       precision::round_in_place<compute_dtype>(const_cast<float*>(io_.d_out), output_count);
       round_weights();
@@ -157,10 +171,63 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     }
   }
 
+  // The native bf16 path (not with lora<>, whose adapter adds in float32,
+  // nor with a float16 input). Scratch: d_out in bf16, the input in bf16
+  // (when it arrives in float32), the kernel in bf16 and the bias rounded.
+  static constexpr bool native_possible = std::is_same_v<compute_dtype, bfloat16> && !with_lora &&
+                                          !std::is_same_v<input_dtype, float16>;
+  static constexpr bool reads_bf16_input = std::is_same_v<input_dtype, bfloat16>;
+  using bf16_t = bfloat16::value_type;
+  static constexpr std::size_t native_input_offset = align_up(output_count * sizeof(bf16_t));
+  static constexpr std::size_t native_weights_offset =
+      native_input_offset + (reads_bf16_input ? 0 : align_up(input_count * sizeof(bf16_t)));
+  static constexpr std::size_t native_bias_offset = native_weights_offset + align_up(kernel_floats * sizeof(bf16_t));
+  static_assert(!native_possible || native_bias_offset + bias_floats * sizeof(float) <=
+                                        Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
+                "dense: the native bf16 path's scratch exceeds the layer's");
+  bf16_t* d_out_bf16() const { return reinterpret_cast<bf16_t*>(io_.scratch); }
+  const bf16_t* input_bf16() const {
+    if constexpr (reads_bf16_input) return reinterpret_cast<const bf16_t*>(io_.in);
+    else return reinterpret_cast<const bf16_t*>(io_.scratch + native_input_offset);
+  }
+  bf16_t* kernel_bf16() const { return reinterpret_cast<bf16_t*>(io_.scratch + native_weights_offset); }
+  float* bias_rounded() const { return reinterpret_cast<float*>(io_.scratch + native_bias_offset); }
+
+  void bind_native(std::byte* scratchpad) {
+    forward_.bind(input_bf16(), kernel_bf16(), bias_rounded(), io_.out, scratchpad);
+    if constexpr (!with_lora) kernel_grad_.bind(input_bf16(), d_out_bf16(), nullptr, param_gradient<params, 0>(io_), scratchpad);
+    if (io_.d_in) input_grad_.bind(d_out_bf16(), kernel_bf16(), nullptr, io_.d_in, scratchpad);
+  }
+  // This step's weights and input in bf16 (scratch does not outlive a call).
+  void convert_native_operands() {
+    precision::from_float<bfloat16>(param_data<params, 0>(io_), kernel_bf16(), kernel_floats);
+    if constexpr (!reads_bf16_input)
+      precision::from_float<bfloat16>(io_.in, const_cast<bf16_t*>(input_bf16()), input_count);
+  }
+  void forward_native() {
+    convert_native_operands();
+    precision::round_into<bfloat16>(param_data<params, 1>(io_), bias_rounded(), bias_floats);
+    forward_.run();
+    if constexpr (!stores_16bit) precision::round_in_place<bfloat16>(io_.out, output_count);
+  }
+  void backward_native() {
+    precision::round_in_place_and_store<bfloat16>(const_cast<float*>(io_.d_out), d_out_bf16(), output_count);
+    convert_native_operands();
+    kernel_grad_.run();
+    bias_gradient();
+    precision::round_in_place<bfloat16>(param_gradient<params, 0>(io_), kernel_floats);
+    precision::round_in_place<bfloat16>(param_gradient<params, 1>(io_), static_cast<std::size_t>(units));
+    if (io_.d_in) {
+      input_grad_.run();
+      precision::round_in_place<bfloat16>(io_.d_in, input_count);
+    }
+  }
+
   // d_bias (units) = the column sums of d_out (rows, units).
   void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, param_gradient<params, 1>(io_)); }
 
   layer_io<cpu> io_;
+  bool native_;  // bf16 products run as oneDNN bf16 primitives
   backend::cpu::matmul forward_, kernel_grad_, input_grad_;
   backend::cpu::lora_adapter adapter_;  // with lora<> only
 };

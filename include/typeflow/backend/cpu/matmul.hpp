@@ -3,6 +3,11 @@
 //   C (m, n) = op(A) (m, k) · op(B) (k, n)  [+ bias (n)]  [then epilogue]
 //   or, with accumulate, C += op(A) · op(B); with a scale s, s · op(A) · op(B)
 //
+// The operands are float32, or (gemm_storage) A and B in bfloat16 with C in
+// float32 or bfloat16: float32 accumulation either way, the bias (float32)
+// and the epilogue applied before C is rounded (backend/cpu/products_16bit.hpp
+// says when a model uses them).
+//
 // op() is a transpose expressed through strides, so no operand is copied. The
 // primitive is created once (at set-up), bound once to fixed arena addresses,
 // and then run every step with a user-managed scratchpad: nothing is created
@@ -29,12 +34,18 @@
 namespace typeflow {
 namespace backend::cpu {
 
+// How a product's operands are stored.
+struct gemm_storage {
+  bool bf16_operands = false;  // A and B
+  bool bf16_result = false;    // C
+};
+
 class matmul {
  public:
   matmul() = default;
 
   matmul(context& ctx, gemm_shape shape, bool with_bias, epilogue after = epilogue::none,
-         bool accumulate = false, float scale = 1.f)
+         bool accumulate = false, float scale = 1.f, gemm_storage storage = {})
       : ctx_(&ctx), shape_(shape), with_bias_(with_bias) {
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
@@ -42,9 +53,10 @@ class matmul {
     const dnnl::memory::dim lda = shape.lda ? shape.lda : (shape.transpose_a ? m : k);
     const dnnl::memory::dim ldb = shape.ldb ? shape.ldb : (shape.transpose_b ? k : n);
     const dnnl::memory::dim ldc = shape.ldc ? shape.ldc : n;
-    a_md_ = dnnl::memory::desc({m, k}, dt::f32, shape.transpose_a ? dims{1, lda} : dims{lda, 1});
-    b_md_ = dnnl::memory::desc({k, n}, dt::f32, shape.transpose_b ? dims{1, ldb} : dims{ldb, 1});
-    c_md_ = dnnl::memory::desc({m, n}, dt::f32, dims{ldc, 1});
+    const dt operands = storage.bf16_operands ? dt::bf16 : dt::f32;
+    a_md_ = dnnl::memory::desc({m, k}, operands, shape.transpose_a ? dims{1, lda} : dims{lda, 1});
+    b_md_ = dnnl::memory::desc({k, n}, operands, shape.transpose_b ? dims{1, ldb} : dims{ldb, 1});
+    c_md_ = dnnl::memory::desc({m, n}, storage.bf16_result ? dt::bf16 : dt::f32, dims{ldc, 1});
     bias_md_ = with_bias ? dnnl::memory::desc({1, n}, dt::f32, dims{n, 1}) : dnnl::memory::desc();
 
     dnnl::primitive_attr attr;
@@ -58,9 +70,9 @@ class matmul {
       pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md_, b_md_, bias_md_, c_md_), attr,
                                          ctx.engine);
     } catch (const dnnl::error& e) {
-      throw std::runtime_error("typeflow: oneDNN has no matmul for (" + std::to_string(m) + " x " +
-                               std::to_string(k) + ") · (" + std::to_string(k) + " x " +
-                               std::to_string(n) + "): " + e.what());
+      throw std::runtime_error("typeflow: oneDNN has no " + std::string(storage.bf16_operands ? "bfloat16" : "float32") +
+                               " matmul for (" + std::to_string(m) + " x " + std::to_string(k) + ") · (" +
+                               std::to_string(k) + " x " + std::to_string(n) + "): " + e.what());
     }
     primitive_ = dnnl::matmul(pd_);
   }
@@ -68,11 +80,11 @@ class matmul {
   std::size_t scratchpad_bytes() const { return pd_ ? pd_.scratchpad_desc().get_size() : 0; }
   const char* implementation() const { return pd_ ? pd_.impl_info_str() : "none"; }
 
-  // Fixes the operands' addresses; run() then only executes.
-  void bind(const float* a, const float* b, const float* bias, float* c, std::byte* scratchpad) {
+  // Fixes the operands' addresses (of the storage's types); run() then only executes.
+  void bind(const void* a, const void* b, const float* bias, void* c, std::byte* scratchpad) {
     auto& engine = ctx_->engine;
-    a_ = dnnl::memory(a_md_, engine, const_cast<float*>(a));
-    b_ = dnnl::memory(b_md_, engine, const_cast<float*>(b));
+    a_ = dnnl::memory(a_md_, engine, const_cast<void*>(a));
+    b_ = dnnl::memory(b_md_, engine, const_cast<void*>(b));
     c_ = dnnl::memory(c_md_, engine, c);
     scratch_ = dnnl::memory(pd_.scratchpad_desc(), engine, scratchpad);
     args_[0] = {DNNL_ARG_SRC, a_.get()};

@@ -1,0 +1,142 @@
+// bfloat16 products on the CPU: oneDNN's native bf16 matmuls (AVX512-BF16,
+// AMX) against the emulated path (operands rounded, product in float32).
+// Both compute a bf16 product with float32 accumulation, so they agree up to
+// the order of the sums; the cases skip on CPUs without native bf16.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+
+namespace {
+
+constexpr int features = 48;
+using feature_row = tf::data::tensor_value<float, tf::shape<features>>;
+using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+
+// Every path through dense: a float32 input converted (layer 1), a bf16 input
+// read as it is (layers 3 and 5), bf16 outputs written by the matmul with the
+// epilogue fused (1, 3), a float32 output wider than the input, before
+// layer_norm (5), and a float32 dense (7).
+using net = tf::sequential<tf::input<features>, tf::dense<64>, tf::relu, tf::dense<24>, tf::gelu, tf::dense<96>,
+                           tf::layer_norm, tf::dense<10, tf::float32>>;
+
+template <int N>
+tf::data::batch_of<N, feature_row, label> toy_batch(std::uint64_t seed) {
+  tf::data::batch_of<N, feature_row, label> b;
+  const tf::random_stream rng{seed, 0};
+  for (int i = 0; i < N; ++i) {
+    const int c = static_cast<int>((seed + i * 7u) % 10);
+    b.labels[i] = c;
+    for (int j = 0; j < features; ++j)
+      b.features[i * features + j] = (j % 10 == c ? 1.f : 0.f) + 0.5f * (2.f * rng.uniform(i * features + j) - 1.f);
+  }
+  b.valid = N;
+  return b;
+}
+
+struct run_result {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> first_gradients;  // after step 1, per dense kernel
+  std::vector<float> parameters;
+};
+
+const std::vector<std::string> kernels{"layers.1.kernel", "layers.3.kernel", "layers.5.kernel", "layers.7.kernel"};
+
+run_result train(tf::backend::cpu::products_16bit choice, int steps) {
+  tf::backend::cpu::set_products_16bit(choice);
+  tf::model<net, tf::mixed_bfloat16> model{11};
+  model.compile(tf::optimizers::adam{.learning_rate = 3e-3},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  run_result r;
+  for (int step = 0; step < steps; ++step) {
+    r.losses.push_back(model.train_on_batch(toy_batch<64>(step % 4)));
+    if (step == 0)
+      for (const auto& name : kernels) {
+        const auto g = model.gradient(name);
+        r.first_gradients.emplace_back(g.begin(), g.end());
+      }
+  }
+  const auto p = model.parameter_region();
+  r.parameters.assign(p.begin(), p.end());
+  tf::backend::cpu::set_products_16bit(tf::backend::cpu::products_16bit::automatic);
+  return r;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// Whether these cases can compare the two paths here, saying why not.
+bool native_path_on() {
+  if (!tf::backend::cpu::bf16_products_available()) {
+    MESSAGE("skipped: oneDNN has no native bf16 matmul on this CPU (it needs avx512_bf16 or amx_bf16)");
+    return false;
+  }
+  if (!tf::backend::cpu::native_bf16_products()) {
+    MESSAGE("skipped: TYPEFLOW_CPU_16BIT_PRODUCTS=emulated turns the native path off in this run");
+    return false;
+  }
+  return true;
+}
+
+bool representable_in_bf16(float x) { return (std::bit_cast<std::uint32_t>(x) & 0xffffu) == 0; }
+
+}  // namespace
+
+TEST_CASE("native bf16 products give the emulated path's loss and gradients up to the order of the sums") {
+  if (!native_path_on()) return;
+  const auto native = train(tf::backend::cpu::products_16bit::automatic, 1);
+  const auto emulated = train(tf::backend::cpu::products_16bit::emulated, 1);
+  CHECK(std::fabs(native.losses[0] - emulated.losses[0]) < 2e-3 * emulated.losses[0]);
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    const double d = relative_difference(native.first_gradients[k], emulated.first_gradients[k]);
+    INFO(kernels[k] << ": relative difference " << d);
+    CHECK(d < 2e-2);
+  }
+  // The 16-bit layers' gradients are still bf16 values; the float32 head's are not.
+  for (std::size_t k = 0; k < 3; ++k)
+    for (float g : native.first_gradients[k]) REQUIRE(representable_in_bf16(g));
+  std::size_t outside = 0;
+  for (float g : native.first_gradients[3]) outside += !representable_in_bf16(g);
+  CHECK(outside > native.first_gradients[3].size() / 2);
+}
+
+TEST_CASE("native bf16 products train as the emulated path does") {
+  if (!native_path_on()) return;
+  const auto native = train(tf::backend::cpu::products_16bit::automatic, 40);
+  const auto emulated = train(tf::backend::cpu::products_16bit::emulated, 40);
+  MESSAGE("loss after 40 steps: native " << native.losses.back() << ", emulated " << emulated.losses.back());
+  CHECK(native.losses.back() < 0.3 * native.losses.front());
+  CHECK(std::fabs(native.losses.back() - emulated.losses.back()) < 0.1 * emulated.losses.back() + 0.02);
+  CHECK(relative_difference(native.parameters, emulated.parameters) < 0.05);
+}
+
+TEST_CASE("products_16bit::emulated and the environment variable turn the native path off") {
+  using tf::backend::cpu::products_16bit;
+  // The suite may run under TYPEFLOW_CPU_16BIT_PRODUCTS=emulated (tests/CMakeLists.txt).
+  const char* given = std::getenv("TYPEFLOW_CPU_16BIT_PRODUCTS");
+  const std::string saved = given ? given : "";
+  ::unsetenv("TYPEFLOW_CPU_16BIT_PRODUCTS");
+  tf::backend::cpu::set_products_16bit(products_16bit::emulated);
+  CHECK_FALSE(tf::backend::cpu::native_bf16_products());
+  tf::backend::cpu::set_products_16bit(products_16bit::automatic);
+  CHECK(tf::backend::cpu::native_bf16_products() == tf::backend::cpu::bf16_products_available());
+  ::setenv("TYPEFLOW_CPU_16BIT_PRODUCTS", "emulated", 1);
+  CHECK_FALSE(tf::backend::cpu::native_bf16_products());
+  if (given) ::setenv("TYPEFLOW_CPU_16BIT_PRODUCTS", saved.c_str(), 1);
+  else ::unsetenv("TYPEFLOW_CPU_16BIT_PRODUCTS");
+}
