@@ -125,6 +125,66 @@ TEST_CASE("native bf16 products train as the emulated path does") {
   CHECK(relative_difference(native.parameters, emulated.parameters) < 0.05);
 }
 
+namespace {
+// A language model's head: tied_logits computes a 16-bit product and hands
+// float32 logits to the loss; its gradient reaches the shared matrix.
+constexpr int vocab = 300, width = 32, length = 8;
+using lm = tf::sequential<tf::typed_input<tf::int32, length>, tf::embedding<vocab, width>, tf::dense<width>, tf::gelu,
+                          tf::layer_norm, tf::tied_logits>;
+using tokens = tf::data::tensor_value<std::int32_t, tf::shape<length>>;
+
+tf::data::batch_of<16, tokens, tokens> token_batch(std::uint64_t salt) {
+  tf::data::batch_of<16, tokens, tokens> b;
+  for (std::size_t i = 0; i < b.features.size(); ++i) {
+    b.features[i] = static_cast<std::int32_t>(tf::random_stream{salt, 1}.uniform(i) * vocab);
+    b.labels[i] = (b.features[i] * 7 + 3) % vocab;
+  }
+  b.valid = 16;
+  return b;
+}
+
+struct lm_result {
+  std::vector<double> losses;
+  std::vector<float> first_table_gradient, logits;
+};
+
+lm_result train_lm(tf::backend::cpu::products_16bit choice, int steps) {
+  tf::backend::cpu::set_products_16bit(choice);
+  tf::model<lm, tf::mixed_bfloat16> model{5};
+  model.compile(tf::optimizers::adam{.learning_rate = 1e-2},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  lm_result r;
+  for (int step = 0; step < steps; ++step) {
+    r.losses.push_back(model.train_on_batch(token_batch(step % 4)));
+    if (step == 0) {
+      const auto g = model.gradient("layers.1.embeddings");
+      r.first_table_gradient.assign(g.begin(), g.end());
+    }
+  }
+  const auto b = token_batch(0);
+  const std::vector<std::int32_t> ids(b.features.begin(), b.features.end());
+  auto data = tf::data::from_tensor_slices<tf::shape<length>, tf::shape<length>>(ids, ids) | tf::data::batch<16>;
+  r.logits = model.predict(data);
+  tf::backend::cpu::set_products_16bit(tf::backend::cpu::products_16bit::automatic);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("tied_logits: native bf16 products match the emulated path and keep float32 logits") {
+  if (!native_path_on()) return;
+  const auto native = train_lm(tf::backend::cpu::products_16bit::automatic, 1);
+  const auto emulated = train_lm(tf::backend::cpu::products_16bit::emulated, 1);
+  CHECK(std::fabs(native.losses[0] - emulated.losses[0]) < 2e-3 * emulated.losses[0]);
+  CHECK(relative_difference(native.first_table_gradient, emulated.first_table_gradient) < 2e-2);
+  // The logits are a float32 result: most are not bf16 values.
+  std::size_t outside = 0;
+  for (float z : native.logits) outside += !representable_in_bf16(z);
+  CHECK(outside > native.logits.size() / 2);
+  const auto trained = train_lm(tf::backend::cpu::products_16bit::automatic, 60);
+  MESSAGE("language model loss: " << trained.losses.front() << " -> " << trained.losses.back());
+  CHECK(trained.losses.back() < 0.3 * trained.losses.front());
+}
+
 TEST_CASE("products_16bit::emulated and the environment variable turn the native path off") {
   using tf::backend::cpu::products_16bit;
   // The suite may run under TYPEFLOW_CPU_16BIT_PRODUCTS=emulated (tests/CMakeLists.txt).

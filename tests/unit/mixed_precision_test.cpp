@@ -366,7 +366,8 @@ TEST_CASE("inside residual, repeat and recompute, dense layers compute and store
   static_assert(std::is_same_v<mlp::child<3>::compute_dtype, tf::bfloat16>);
   static_assert(std::is_same_v<mlp::child<3>::output_dtype, tf::float32>);   // added to the float32 skip path
   static_assert(std::is_same_v<bf::layer<3>::compute_dtype, tf::bfloat16>);
-  static_assert(std::is_same_v<bf::layer<5>::compute_dtype, tf::float32>);   // tied_logits
+  static_assert(std::is_same_v<bf::layer<5>::compute_dtype, tf::bfloat16>);  // tied_logits: a 16-bit product
+  static_assert(std::is_same_v<bf::layer<5>::output_dtype, tf::float32>);    // whose logits the loss reads in float32
   // What a step keeps: per block, dense<4D>'s and gelu's outputs (B*T*4D
   // values each) shrink by 2 bytes a value. The rounded weights and inputs
   // live in the shared scratch, which grows instead.

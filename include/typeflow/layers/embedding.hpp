@@ -17,6 +17,7 @@
 // backend/cpu/embedding.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@
 #include "typeflow/layers/input.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -161,6 +163,21 @@ struct tied_logits {
     using output_shape = replace_last_t<In, vocab>;
     static constexpr bool uses_tied_embedding = true;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * dim * vocab;
+    // Under a 16-bit policy the product is a 16-bit one: its operands (the
+    // input, the matrix, d_logits) and the gradients it writes are rounded,
+    // with float32 accumulation. The logits are not rounded: the loss reads
+    // them in full float32 precision (result_dtype; the rule in train/model.hpp),
+    // which is what makes a 16-bit head safe. The CPU holds the rounded
+    // operands in scratch (backend/cpu/embedding.hpp): float32 copies when
+    // emulated, bf16 ones (and d_logits) when native.
+    using compute_dtype = typename Context::precision::compute;
+    using result_dtype = float32;
+    static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
+    static constexpr std::size_t table_floats = static_cast<std::size_t>(vocab) * static_cast<std::size_t>(stride);
+    static constexpr std::size_t scratch_bytes_per_sample =
+        low_precision ? rows_per_sample * std::max(std::size_t(dim) * sizeof(float), std::size_t(vocab + dim) * 2) : 0;
+    static constexpr std::size_t scratch_bytes_per_step =
+        low_precision ? table_floats * sizeof(float) + 3 * arena_alignment : 0;
   };
 };
 

@@ -73,14 +73,25 @@ struct policy_of<float32> {
   using type = float32_policy;
 };
 
-// The compute dtype of the values the loss receives: the last layer's,
+// The precision of a layer's results: its compute dtype, unless it says
+// otherwise (tied_logits: 16-bit operands, float32 logits).
+template <class Layer>
+struct result_dtype_of {
+  using type = typename Layer::compute_dtype;
+};
+template <class Layer>
+  requires requires { typename Layer::result_dtype; }
+struct result_dtype_of<Layer> {
+  using type = typename Layer::result_dtype;
+};
+// The precision of the values the loss receives: the last layer's,
 // looking through the layers that pass their input's dtype on (relu after a
 // dense receives the dense's rounding).
 template <class Net, std::size_t I = Net::layer_count - 1>
 struct loss_input_dtype {
   using type = std::conditional_t<
       I == 0 || dtype_flow_of<typename Net::template spec<I>> != dtype_flow::passes_through,
-      typename Net::template layer<I>::compute_dtype,
+      typename result_dtype_of<typename Net::template layer<I>>::type,
       typename loss_input_dtype<Net, (I > 0 ? I - 1 : 0)>::type>;
 };
 template <class Net>

@@ -1,7 +1,8 @@
 // embedding, positional_embedding and tied_logits on the CPU (the layers:
 // layers/embedding.hpp): rows copied and added over the cores, the table's
 // gradient scattered by id with the columns split between threads, and the
-// tied logits as three oneDNN matmuls on the embedding matrix.
+// tied logits as three oneDNN matmuls on the embedding matrix (in 16 bits
+// under a 16-bit policy: bf16 primitives where the CPU has them, as dense's).
 #pragma once
 
 #include <algorithm>
@@ -10,12 +11,14 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/layers/embedding.hpp"
 #include "typeflow/model/executor.hpp"
+#include "typeflow/precision/storage.hpp"
 
 namespace typeflow {
 
@@ -130,33 +133,95 @@ class executor<tied_logits, Layer, Batch, cpu> {
   static constexpr int dim = Layer::dim;
   static constexpr int stride = Layer::stride;
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
+  using compute_dtype = typename Layer::compute_dtype;
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr bool native_possible = std::is_same_v<compute_dtype, bfloat16>;
 
  public:
-  explicit executor(const layer_io<cpu>& io)
-      : io_(io),
-        // logits (rows, V) = x (rows, D) · E^T, E stored (V, stride)
-        forward_(*io.context, {rows, vocab, dim, false, true, 0, stride}, false),
-        // d_E (V, D) = d_logits^T (V, rows) · x (rows, D)
-        table_grad_(*io.context, {vocab, dim, rows, true, false, 0, 0, stride}, false),
-        // d_x (rows, D) = d_logits (rows, V) · E (V, D)
-        input_grad_(*io.context, {rows, dim, vocab, false, false, 0, stride}, false) {}
+  explicit executor(const layer_io<cpu>& io) : io_(io), native_(native_possible && io.context->native_bf16) {
+    const backend::cpu::gemm_storage storage{native_, false};
+    // logits (rows, V) = x (rows, D) · E^T, E stored (V, stride)
+    forward_ = backend::cpu::matmul(*io.context, {rows, vocab, dim, false, true, 0, stride}, false, epilogue::none,
+                                    false, 1.f, storage);
+    // d_E (V, D) = d_logits^T (V, rows) · x (rows, D)
+    table_grad_ = backend::cpu::matmul(*io.context, {vocab, dim, rows, true, false, 0, 0, stride}, false,
+                                       epilogue::none, false, 1.f, storage);
+    // d_x (rows, D) = d_logits (rows, V) · E (V, D)
+    input_grad_ = backend::cpu::matmul(*io.context, {rows, dim, vocab, false, false, 0, stride}, false,
+                                       epilogue::none, false, 1.f, storage);
+  }
 
   std::size_t scratchpad_bytes() const {
     return std::max({forward_.scratchpad_bytes(), table_grad_.scratchpad_bytes(), input_grad_.scratchpad_bytes()});
   }
   void bind(std::byte* scratchpad) {
-    forward_.bind(io_.in, io_.tied_params, nullptr, io_.out, scratchpad);
-    table_grad_.bind(io_.d_out, io_.in, nullptr, io_.tied_grads, scratchpad);
-    if (io_.d_in) input_grad_.bind(io_.d_out, io_.tied_params, nullptr, io_.d_in, scratchpad);
+    const void* x = io_.in;
+    const void* table = io_.tied_params;
+    const void* d_logits = io_.d_out;
+    if (native_) {
+      x = scratch_at<bf16_t>(native_input_offset);
+      table = scratch_at<bf16_t>(native_table_offset);
+      d_logits = scratch_at<bf16_t>(0);
+    } else if constexpr (low_precision) {
+      x = scratch_at<float>(0);
+      table = scratch_at<float>(emulated_table_offset);
+    }
+    forward_.bind(x, table, nullptr, io_.out, scratchpad);
+    table_grad_.bind(d_logits, x, nullptr, io_.tied_grads, scratchpad);
+    if (io_.d_in) input_grad_.bind(d_logits, table, nullptr, io_.d_in, scratchpad);
   }
-  void forward() { forward_.run(); }
+  void forward() {
+    if constexpr (low_precision) round_operands();
+    forward_.run();  // the logits stay float32 (layers/embedding.hpp)
+  }
   void backward() {
+    if constexpr (low_precision) {
+      float* d_out = const_cast<float*>(io_.d_out);
+      if (native_) precision::round_in_place_and_store<bfloat16>(d_out, scratch_at<bf16_t>(0), logit_count);
+      else precision::round_in_place<compute_dtype>(d_out, logit_count);
+      round_operands();  // scratch does not outlive a call
+    }
     table_grad_.run();
-    if (io_.d_in) input_grad_.run();
+    if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.tied_grads, Layer::table_floats);
+    if (io_.d_in) {
+      input_grad_.run();
+      if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.d_in, input_count);
+    }
   }
 
  private:
+  using bf16_t = bfloat16::value_type;
+  static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * dim;
+  static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * vocab;
+  // Scratch, emulated: [x rounded, float32][E rounded, float32];
+  // native: [d_logits, bf16][x, bf16][E, bf16].
+  static constexpr std::size_t emulated_table_offset = align_up(input_count * sizeof(float));
+  static constexpr std::size_t native_input_offset = align_up(logit_count * sizeof(bf16_t));
+  static constexpr std::size_t native_table_offset = native_input_offset + align_up(input_count * sizeof(bf16_t));
+  static_assert(!low_precision ||
+                    std::max(emulated_table_offset + Layer::table_floats * sizeof(float),
+                             native_table_offset + Layer::table_floats * sizeof(bf16_t)) <=
+                        Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
+                "tied_logits: the 16-bit operands exceed the layer's scratch");
+  template <class T>
+  T* scratch_at(std::size_t offset) const {
+    return reinterpret_cast<T*>(io_.scratch + offset);
+  }
+
+  // The input and the matrix as this step's product sees them.
+  void round_operands() {
+    if (native_) {
+      precision::from_float<bfloat16>(io_.in, scratch_at<bf16_t>(native_input_offset), input_count);
+      precision::from_float<bfloat16>(io_.tied_params, scratch_at<bf16_t>(native_table_offset), Layer::table_floats);
+    } else {
+      precision::round_into<compute_dtype>(io_.in, scratch_at<float>(0), input_count);
+      precision::round_into<compute_dtype>(io_.tied_params, scratch_at<float>(emulated_table_offset),
+                                           Layer::table_floats);
+    }
+  }
+
   layer_io<cpu> io_;
+  bool native_;  // bf16 products run as oneDNN bf16 primitives
   backend::cpu::matmul forward_, table_grad_, input_grad_;
 };
 
