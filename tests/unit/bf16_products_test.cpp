@@ -131,6 +131,12 @@ namespace {
 constexpr int vocab = 300, width = 32, length = 8;
 using lm = tf::sequential<tf::typed_input<tf::int32, length>, tf::embedding<vocab, width>, tf::dense<width>, tf::gelu,
                           tf::layer_norm, tf::tied_logits>;
+// With attention: its two projections are 16-bit products too.
+using attention_lm =
+    tf::sequential<tf::typed_input<tf::int32, length>, tf::embedding<vocab, width>, tf::positional_embedding<length>,
+                   tf::residual<tf::layer_norm, tf::causal_self_attention<2>>,
+                   tf::residual<tf::layer_norm, tf::dense<2 * width>, tf::gelu, tf::dense<width>>, tf::layer_norm,
+                   tf::tied_logits>;
 using tokens = tf::data::tensor_value<std::int32_t, tf::shape<length>>;
 
 tf::data::batch_of<16, tokens, tokens> token_batch(std::uint64_t salt) {
@@ -145,22 +151,26 @@ tf::data::batch_of<16, tokens, tokens> token_batch(std::uint64_t salt) {
 
 struct lm_result {
   std::vector<double> losses;
-  std::vector<float> first_table_gradient, logits;
+  std::vector<float> first_table_gradient, first_update, logits;
 };
 
+// One SGD step (whose update is -lr times every gradient), then Adam.
+template <class Net>
 lm_result train_lm(tf::backend::cpu::products_16bit choice, int steps) {
   tf::backend::cpu::set_products_16bit(choice);
-  tf::model<lm, tf::mixed_bfloat16> model{5};
+  tf::model<Net, tf::mixed_bfloat16> model{5};
+  lm_result r;
+  const auto before = model.parameter_region();
+  const std::vector<float> initial(before.begin(), before.end());
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.5}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  r.losses.push_back(model.train_on_batch(token_batch(0)));
+  const auto g = model.gradient("layers.1.embeddings");
+  r.first_table_gradient.assign(g.begin(), g.end());
+  const auto after = model.parameter_region();
+  for (std::size_t i = 0; i < initial.size(); ++i) r.first_update.push_back(after[i] - initial[i]);
   model.compile(tf::optimizers::adam{.learning_rate = 1e-2},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true});
-  lm_result r;
-  for (int step = 0; step < steps; ++step) {
-    r.losses.push_back(model.train_on_batch(token_batch(step % 4)));
-    if (step == 0) {
-      const auto g = model.gradient("layers.1.embeddings");
-      r.first_table_gradient.assign(g.begin(), g.end());
-    }
-  }
+  for (int step = 1; step < steps; ++step) r.losses.push_back(model.train_on_batch(token_batch(step % 4)));
   const auto b = token_batch(0);
   const std::vector<std::int32_t> ids(b.features.begin(), b.features.end());
   auto data = tf::data::from_tensor_slices<tf::shape<length>, tf::shape<length>>(ids, ids) | tf::data::batch<16>;
@@ -172,17 +182,57 @@ lm_result train_lm(tf::backend::cpu::products_16bit choice, int steps) {
 
 TEST_CASE("tied_logits: native bf16 products match the emulated path and keep float32 logits") {
   if (!native_path_on()) return;
-  const auto native = train_lm(tf::backend::cpu::products_16bit::automatic, 1);
-  const auto emulated = train_lm(tf::backend::cpu::products_16bit::emulated, 1);
+  const auto native = train_lm<lm>(tf::backend::cpu::products_16bit::automatic, 1);
+  const auto emulated = train_lm<lm>(tf::backend::cpu::products_16bit::emulated, 1);
   CHECK(std::fabs(native.losses[0] - emulated.losses[0]) < 2e-3 * emulated.losses[0]);
   CHECK(relative_difference(native.first_table_gradient, emulated.first_table_gradient) < 2e-2);
+  CHECK(relative_difference(native.first_update, emulated.first_update) < 2e-2);
   // The logits are a float32 result: most are not bf16 values.
   std::size_t outside = 0;
   for (float z : native.logits) outside += !representable_in_bf16(z);
   CHECK(outside > native.logits.size() / 2);
-  const auto trained = train_lm(tf::backend::cpu::products_16bit::automatic, 60);
+  const auto trained = train_lm<lm>(tf::backend::cpu::products_16bit::automatic, 60);
   MESSAGE("language model loss: " << trained.losses.front() << " -> " << trained.losses.back());
   CHECK(trained.losses.back() < 0.3 * trained.losses.front());
+}
+
+TEST_CASE("causal_self_attention: 16-bit projections, native and emulated, agree and train") {
+  if (!native_path_on()) return;
+  const auto native = train_lm<attention_lm>(tf::backend::cpu::products_16bit::automatic, 1);
+  const auto emulated = train_lm<attention_lm>(tf::backend::cpu::products_16bit::emulated, 1);
+  CHECK(std::fabs(native.losses[0] - emulated.losses[0]) < 2e-3 * emulated.losses[0]);
+  // Every parameter's first update is -lr times its gradient: all of them agree.
+  CHECK(relative_difference(native.first_update, emulated.first_update) < 2e-2);
+  const auto trained = train_lm<attention_lm>(tf::backend::cpu::products_16bit::automatic, 60);
+  const auto trained_emulated = train_lm<attention_lm>(tf::backend::cpu::products_16bit::emulated, 60);
+  MESSAGE("attention model loss: native " << trained.losses.front() << " -> " << trained.losses.back()
+                                          << ", emulated -> " << trained_emulated.losses.back());
+  CHECK(trained.losses.back() < 0.3 * trained.losses.front());
+  CHECK(std::fabs(trained.losses.back() - trained_emulated.losses.back()) < 0.2 * trained_emulated.losses.back() + 0.05);
+}
+
+TEST_CASE("under mixed_bfloat16 attention's projections write gradients bfloat16 can hold, on both paths") {
+  using bound = attention_lm::under<tf::mixed_bfloat16>;
+  static_assert(std::is_same_v<bound::layer<3>::child<1>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bound::layer<3>::child<1>::output_dtype, tf::float32>);  // added to the skip path
+  for (auto choice : {tf::backend::cpu::products_16bit::automatic, tf::backend::cpu::products_16bit::emulated}) {
+    tf::backend::cpu::set_products_16bit(choice);
+    tf::model<attention_lm, tf::mixed_bfloat16> model{5};
+    model.compile(tf::optimizers::sgd{.learning_rate = 0.1},
+                  tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+    model.train_on_batch(token_batch(1));
+    for (const char* name : {"layers.3.attn.qkv.kernel", "layers.3.attn.proj.kernel", "layers.3.attn.qkv.bias"}) {
+      INFO(name);
+      std::size_t nonzero = 0, outside = 0;
+      for (float g : model.gradient(name)) {
+        nonzero += g != 0.f;
+        outside += !representable_in_bf16(g);
+      }
+      CHECK(outside == 0);
+      CHECK(nonzero > model.gradient(name).size() / 4);
+    }
+  }
+  tf::backend::cpu::set_products_16bit(tf::backend::cpu::products_16bit::automatic);
 }
 
 TEST_CASE("products_16bit::emulated and the environment variable turn the native path off") {

@@ -55,6 +55,7 @@
 #include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -215,10 +216,34 @@ struct causal_self_attention {
     static constexpr std::size_t workspace_bytes_per_sample =
         own_workspace_bytes_per_sample + (with_lora ? 4 * std::size_t{steps} * lora_rank * sizeof(float) : 0);
     static constexpr std::size_t workspace_bytes_per_step = with_lora ? 5 * arena_alignment : 0;
-    static constexpr std::size_t scratch_bytes_per_sample =
+    static constexpr std::size_t own_scratch_bytes_per_sample =
         decoding ? decode_qkv_bytes + decode_concat_bytes + decode_score_bytes
                  : concat_bytes + qkv_bytes + bias_share_bytes;
-    static constexpr std::size_t scratch_bytes_per_step = decoding ? 0 : head_slots * slot_bytes;
+    static constexpr std::size_t own_scratch_bytes_per_step = decoding ? 0 : head_slots * slot_bytes;
+
+    // Under a 16-bit policy the two projections are 16-bit products, as
+    // dense's (their inputs, weights, outputs and gradients rounded, float32
+    // accumulation); the per-head products stay float32. Not with lora<>,
+    // whose adapters add in float32. After the scratch above, the CPU keeps
+    // the rounded operands (backend/cpu/attention.hpp): per row, float32 x
+    // when emulated, or bf16 x, y, d_out and d_qkv (12 D bytes) when native;
+    // per step, the rounded kernels and biases.
+    using compute_dtype = std::conditional_t<with_lora, float32, typename Context::precision::compute>;
+    static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
+    static constexpr std::size_t rows_per_sample = decoding ? 1 : steps;
+    static constexpr std::size_t qkv_kernel_floats =
+        aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
+    static constexpr std::size_t proj_kernel_floats =
+        aligned_floats(std::tuple_element_t<2, typename params::tuple>::stored_floats);
+    static constexpr std::size_t operands_16bit_bytes_per_sample =
+        low_precision ? rows_per_sample * std::size_t{12} * width : 0;
+    static constexpr std::size_t weights_16bit_bytes =
+        low_precision
+            ? (qkv_kernel_floats + proj_kernel_floats + aligned_floats(3 * width) + aligned_floats(width)) * sizeof(float) +
+                  8 * arena_alignment
+            : 0;
+    static constexpr std::size_t scratch_bytes_per_sample = own_scratch_bytes_per_sample + operands_16bit_bytes_per_sample;
+    static constexpr std::size_t scratch_bytes_per_step = own_scratch_bytes_per_step + weights_16bit_bytes;
   };
 };
 

@@ -1,6 +1,7 @@
 // causal_self_attention on the CPU (the layer: layers/attention.hpp).
 //
-// The two projections are oneDNN matmuls over all B*T rows, as dense's. The
+// The two projections are oneDNN matmuls over all B*T rows, as dense's (16-bit
+// products under a 16-bit policy: bf16 primitives where the CPU has them). The
 // per-head products run in a loop over (sample, head) split over the cores,
 // each head on its own: its k and v are packed into panels of 16 columns, and
 // its rows go through the products 6 at a time with a register-blocked AVX2
@@ -43,6 +44,7 @@
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/attention.hpp"
 #include "typeflow/model/executor.hpp"
+#include "typeflow/precision/storage.hpp"
 
 namespace typeflow {
 
@@ -333,19 +335,28 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       pair_count > 1 && std::size_t{Batch} * H * T * keys * hd >= std::size_t{1} << 16;
 
  public:
-  explicit executor(const layer_io<cpu>& io) : io_(io), scale(static_cast<float>(1.0 / std::sqrt(double{hd}))) {
+  explicit executor(const layer_io<cpu>& io)
+      : io_(io), scale(static_cast<float>(1.0 / std::sqrt(double{hd}))),
+        native_(native_possible && io.context->native_bf16) {
     auto& ctx = *io.context;
-    qkv_forward_ = backend::cpu::matmul(ctx, {rows, 3 * D, D, false, false, 0, qkv_stride}, true);
-    proj_forward_ = backend::cpu::matmul(ctx, {rows, D, D, false, false, 0, proj_stride}, true);
+    const backend::cpu::gemm_storage storage{native_, false};
+    const auto none = epilogue::none;
+    qkv_forward_ = backend::cpu::matmul(ctx, {rows, 3 * D, D, false, false, 0, qkv_stride}, true, none, false, 1.f, storage);
+    proj_forward_ = backend::cpu::matmul(ctx, {rows, D, D, false, false, 0, proj_stride}, true, none, false, 1.f, storage);
     if constexpr (!decoding) {
       // d_proj.kernel (D, D) = y^T · d_out; d_y = d_out · proj.kernel^T
       if constexpr (!with_lora)
-        proj_kernel_grad_ = backend::cpu::matmul(ctx, {D, D, rows, true, false, 0, 0, proj_stride}, false);
-      proj_input_grad_ = backend::cpu::matmul(ctx, {rows, D, D, false, true, 0, proj_stride}, false);
+        proj_kernel_grad_ =
+            backend::cpu::matmul(ctx, {D, D, rows, true, false, 0, 0, proj_stride}, false, none, false, 1.f, storage);
+      proj_input_grad_ =
+          backend::cpu::matmul(ctx, {rows, D, D, false, true, 0, proj_stride}, false, none, false, 1.f, storage);
       // d_qkv.kernel (D, 3D) = x^T · d_qkv; d_x = d_qkv · qkv.kernel^T
       if constexpr (!with_lora)
-        qkv_kernel_grad_ = backend::cpu::matmul(ctx, {D, 3 * D, rows, true, false, 0, 0, qkv_stride}, false);
-      if (io.d_in) qkv_input_grad_ = backend::cpu::matmul(ctx, {rows, D, 3 * D, false, true, 0, qkv_stride}, false);
+        qkv_kernel_grad_ =
+            backend::cpu::matmul(ctx, {D, 3 * D, rows, true, false, 0, 0, qkv_stride}, false, none, false, 1.f, storage);
+      if (io.d_in)
+        qkv_input_grad_ =
+            backend::cpu::matmul(ctx, {rows, D, 3 * D, false, true, 0, qkv_stride}, false, none, false, 1.f, storage);
     }
     if constexpr (with_lora) {
       constexpr float s = Layer::lora_type::scale;
@@ -375,25 +386,44 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   }
 
   void bind(std::byte* scratchpad) {
-    const float* qkv_kernel = param_data<params, 0>(io_);
+    // The projections' operands: the layer's own, or their 16-bit copies.
+    const void* x = io_.in;
+    const void* y = concat();
+    const void* d_out = io_.d_out;
+    const void* d_qkv_operand = d_qkv();
+    const void* qkv_kernel = param_data<params, 0>(io_);
     const float* qkv_bias = param_data<params, 1>(io_);
-    const float* proj_kernel = param_data<params, 2>(io_);
+    const void* proj_kernel = param_data<params, 2>(io_);
     const float* proj_bias = param_data<params, 3>(io_);
-    qkv_forward_.bind(io_.in, qkv_kernel, qkv_bias, qkv(), scratchpad);
-    proj_forward_.bind(concat(), proj_kernel, proj_bias, io_.out, scratchpad);
+    if constexpr (low_precision) {
+      x = scratch_at(x_16bit_at);
+      qkv_kernel = scratch_at(qkv_kernel_16bit_at);
+      proj_kernel = scratch_at(proj_kernel_16bit_at);
+      qkv_bias = reinterpret_cast<const float*>(scratch_at(qkv_bias_16bit_at));
+      proj_bias = reinterpret_cast<const float*>(scratch_at(proj_bias_16bit_at));
+      if (native_) {
+        y = scratch_at(y_bf16_at);
+        d_out = scratch_at(d_out_bf16_at);
+        d_qkv_operand = scratch_at(d_qkv_bf16_at);
+      }
+    }
+    qkv_forward_.bind(x, qkv_kernel, qkv_bias, qkv(), scratchpad);
+    proj_forward_.bind(y, proj_kernel, proj_bias, io_.out, scratchpad);
     if constexpr (!decoding) {
       if constexpr (!with_lora)
-        proj_kernel_grad_.bind(concat(), io_.d_out, nullptr, param_gradient<params, 2>(io_), scratchpad);
-      proj_input_grad_.bind(io_.d_out, proj_kernel, nullptr, d_concat(), scratchpad);
+        proj_kernel_grad_.bind(y, d_out, nullptr, param_gradient<params, 2>(io_), scratchpad);
+      proj_input_grad_.bind(d_out, proj_kernel, nullptr, d_concat(), scratchpad);
       if constexpr (!with_lora)
-        qkv_kernel_grad_.bind(io_.in, d_qkv(), nullptr, param_gradient<params, 0>(io_), scratchpad);
-      if (io_.d_in) qkv_input_grad_.bind(d_qkv(), qkv_kernel, nullptr, io_.d_in, scratchpad);
+        qkv_kernel_grad_.bind(x, d_qkv_operand, nullptr, param_gradient<params, 0>(io_), scratchpad);
+      if (io_.d_in) qkv_input_grad_.bind(d_qkv_operand, qkv_kernel, nullptr, io_.d_in, scratchpad);
     }
     if constexpr (with_lora) bind_adapters(scratchpad);
   }
 
   void forward() {
+    if constexpr (low_precision) round_projection_operands();
     qkv_forward_.run();
+    if constexpr (low_precision) round(qkv(), rows_3d);
     if constexpr (with_lora) qkv_adapter_.forward();
     if constexpr (decoding) {
       decode_attention();
@@ -401,19 +431,35 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       const bool drop = with_dropout && io_.run && io_.run->training;
       for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
     }
+    if constexpr (low_precision) round(concat(), rows_d, y_bf16_at);
     proj_forward_.run();
+    if constexpr (low_precision) round(io_.out, rows_d);
     if constexpr (with_lora) proj_adapter_.forward();
   }
 
   void backward() {
     if constexpr (!decoding) {
+      if constexpr (low_precision) {
+        // The gradient arriving is held in 16 bits; the operands are
+        // rounded again (scratch does not outlive a call), y exactly.
+        round(const_cast<float*>(io_.d_out), rows_d, d_out_bf16_at);
+        round_projection_operands();
+        if (native_) round(concat(), rows_d, y_bf16_at);
+      }
       if constexpr (!with_lora) proj_kernel_grad_.run();
       backend::cpu::column_sums(io_.d_out, rows, D, param_gradient<params, 3>(io_));
+      if constexpr (low_precision) {
+        round(param_gradient<params, 2>(io_), Layer::proj_kernel_floats);
+        round(param_gradient<params, 3>(io_), std::size_t{D});
+      }
       proj_input_grad_.run();
+      if constexpr (low_precision) round(d_concat(), rows_d);
       if constexpr (with_lora) proj_adapter_.backward();  // adds to d_y
       const bool drop = with_dropout && io_.run && io_.run->training;
       for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      if constexpr (low_precision) round(d_qkv(), rows_3d, d_qkv_bf16_at);
       if constexpr (!with_lora) qkv_kernel_grad_.run();
+      if constexpr (low_precision) round(param_gradient<params, 0>(io_), Layer::qkv_kernel_floats);
       // d qkv.bias: the samples' shares, summed by the heads' backward.
       float* d_bias = param_gradient<params, 1>(io_);
       const float* shares = bias_shares();
@@ -421,13 +467,74 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       for (int b = 0; b < Batch; ++b)
 #pragma omp simd
         for (int c = 0; c < 3 * D; ++c) d_bias[c] += shares[b * 3 * D + c];
-      if (io_.d_in) qkv_input_grad_.run();
+      if constexpr (low_precision) round(d_bias, std::size_t{3 * D});
+      if (io_.d_in) {
+        qkv_input_grad_.run();
+        if constexpr (low_precision) round(io_.d_in, rows_d);
+      }
       if constexpr (with_lora) qkv_adapter_.backward();  // after d_x is written: it adds to it
     }
   }
 
  private:
   static constexpr float keep_scale = dropout_rate < 1.f ? 1.f / (1.f - dropout_rate) : 1.f;
+
+  // The 16-bit projections (layers/attention.hpp), after the scratch below:
+  // emulated, x rounded (float32); native, x, y, d_out and d_qkv in bf16;
+  // then the kernels and biases rounded (bf16 kernels when native).
+  using compute_dtype = typename Layer::compute_dtype;
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr bool native_possible = low_precision && std::is_same_v<compute_dtype, bfloat16>;
+  using bf16_t = bfloat16::value_type;
+  static constexpr std::size_t rows_d = static_cast<std::size_t>(rows) * D;
+  static constexpr std::size_t rows_3d = 3 * rows_d;
+  static constexpr std::size_t x_16bit_at =
+      align_up(Batch * Layer::own_scratch_bytes_per_sample + Layer::own_scratch_bytes_per_step);
+  static constexpr std::size_t y_bf16_at = x_16bit_at + align_up(rows_d * sizeof(bf16_t));
+  static constexpr std::size_t d_out_bf16_at = y_bf16_at + align_up(rows_d * sizeof(bf16_t));
+  static constexpr std::size_t d_qkv_bf16_at = d_out_bf16_at + align_up(rows_d * sizeof(bf16_t));
+  static constexpr std::size_t qkv_kernel_16bit_at =
+      std::max(x_16bit_at + align_up(rows_d * sizeof(float)), d_qkv_bf16_at + align_up(rows_3d * sizeof(bf16_t)));
+  static constexpr std::size_t proj_kernel_16bit_at =
+      qkv_kernel_16bit_at + align_up(Layer::qkv_kernel_floats * sizeof(float));
+  static constexpr std::size_t qkv_bias_16bit_at =
+      proj_kernel_16bit_at + align_up(Layer::proj_kernel_floats * sizeof(float));
+  static constexpr std::size_t proj_bias_16bit_at = qkv_bias_16bit_at + align_up(3 * D * sizeof(float));
+  static_assert(!low_precision || proj_bias_16bit_at + align_up(D * sizeof(float)) <=
+                                      Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
+                "causal_self_attention: the 16-bit operands exceed the layer's scratch");
+  std::byte* scratch_at(std::size_t offset) const { return io_.scratch + offset; }
+
+  // values rounded to the compute dtype in place and, on the native path,
+  // stored in bf16 at the scratch offset bf16_copy too (when given).
+  void round(float* values, std::size_t n, std::size_t bf16_copy = 0) const {
+    if (native_ && bf16_copy)
+      precision::round_in_place_and_store<bfloat16>(values, reinterpret_cast<bf16_t*>(scratch_at(bf16_copy)), n);
+    else
+      precision::round_in_place<compute_dtype>(values, n);
+  }
+  // x and the weights as this step's projections see them.
+  void round_projection_operands() const {
+    const float* qkv_kernel = param_data<params, 0>(io_);
+    const float* proj_kernel = param_data<params, 2>(io_);
+    if (native_) {
+      precision::from_float<bfloat16>(io_.in, reinterpret_cast<bf16_t*>(scratch_at(x_16bit_at)), rows_d);
+      precision::from_float<bfloat16>(qkv_kernel, reinterpret_cast<bf16_t*>(scratch_at(qkv_kernel_16bit_at)),
+                                      Layer::qkv_kernel_floats);
+      precision::from_float<bfloat16>(proj_kernel, reinterpret_cast<bf16_t*>(scratch_at(proj_kernel_16bit_at)),
+                                      Layer::proj_kernel_floats);
+    } else {
+      precision::round_into<compute_dtype>(io_.in, reinterpret_cast<float*>(scratch_at(x_16bit_at)), rows_d);
+      precision::round_into<compute_dtype>(qkv_kernel, reinterpret_cast<float*>(scratch_at(qkv_kernel_16bit_at)),
+                                           Layer::qkv_kernel_floats);
+      precision::round_into<compute_dtype>(proj_kernel, reinterpret_cast<float*>(scratch_at(proj_kernel_16bit_at)),
+                                           Layer::proj_kernel_floats);
+    }
+    precision::round_into<compute_dtype>(param_data<params, 1>(io_), reinterpret_cast<float*>(scratch_at(qkv_bias_16bit_at)),
+                                         std::size_t{3 * D});
+    precision::round_into<compute_dtype>(param_data<params, 3>(io_),
+                                         reinterpret_cast<float*>(scratch_at(proj_bias_16bit_at)), std::size_t{D});
+  }
 
   // Workspace regions (training): qkv, P, y, mask; decoding: the caches.
   float* qkv() const {
@@ -646,6 +753,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
 
   layer_io<cpu> io_;
   float scale;  // 1 / sqrt(hd)
+  bool native_;  // the projections run as oneDNN bf16 primitives
   backend::cpu::matmul qkv_forward_, proj_forward_;
   backend::cpu::matmul proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;
   backend::cpu::lora_adapter qkv_adapter_, proj_adapter_;  // with lora<> only
