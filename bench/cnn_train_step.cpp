@@ -27,7 +27,7 @@
 //   conv      forward: 2 * 11*11*64*3*3*32                                        = 4,460,544 per image
 // After the Google Benchmark table, one line per configuration for the
 // comparison script:
-//   typeflow config=<c> images_per_second=X step_ms=Y peak_rss_mib=Z params=N gflop_per_second=G
+//   typeflow config=<c> images_per_second=X step_ms=Y peak_rss_mib=Z params=N gflop_per_second=G of_peak=F
 // peak_rss_mib is the process's peak resident memory so far (getrusage), so
 // run one configuration per process to read each one's peak. The loss must
 // fall over the timed steps (the same batch every step); if it does not, or
@@ -48,6 +48,8 @@
 #include <benchmark/benchmark.h>
 
 #include <typeflow/typeflow.hpp>
+
+#include "fma_peak.hpp"
 
 namespace tf = typeflow;
 
@@ -192,12 +194,15 @@ int main(int argc, char** argv) {
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 2;
+  const auto& peak = typeflow_bench::machine_fma_peak();
+  typeflow_bench::print_fma_peak(peak);
   summary_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   for (const auto& [name, f] : reporter.results)
     std::printf("typeflow config=%s images_per_second=%.1f step_ms=%.3f peak_rss_mib=%.0f params=%.0f "
-                "gflop_per_second=%.2f\n",
-                name.c_str(), f.images_per_second, f.step_ms, f.peak_rss_mib, f.params, f.gflops);
+                "gflop_per_second=%.2f of_peak=%.3f\n",
+                name.c_str(), f.images_per_second, f.step_ms, f.peak_rss_mib, f.params, f.gflops,
+                f.gflops / peak.float32_gflops);
   benchmark::Shutdown();
   return 0;
 }

@@ -16,12 +16,14 @@
 // tokens/s. After the Google Benchmark table, one line per configuration
 // for the comparison script:
 //   typeflow config=small tokens_per_second=X step_ms=Y peak_rss_mib=Z params=N policy=P arena_mib=A
+//            gflop_per_second=G of_peak=F
 // peak_rss_mib is the process's peak resident memory so far (getrusage), so
 // run one configuration per process to read each one's peak; arena_mib is the
 // model's compile-time memory plan (memory_plan::total_bytes), to compare
-// with it. --policy picks
-// the precision policy (float32 by default; the head stays float32 under
-// every policy, as a mixed policy requires).
+// with it; of_peak is G over the machine's measured FMA peak (bench/fma_peak.hpp,
+// printed first; bf16's under mixed_bfloat16). --policy picks the precision
+// policy (float32 by default; the tied head's logits stay float32 under
+// every policy, as the loss requires).
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -30,11 +32,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include <typeflow/typeflow.hpp>
+
+#include "fma_peak.hpp"
 
 namespace tf = typeflow;
 
@@ -79,6 +84,13 @@ void train_step(benchmark::State& state) {
   for (int i = 0; i < 3; ++i) model->train_on_batch(batch);  // set-up and first touches
   for (auto _ : state) benchmark::DoNotOptimize(model->train_on_batch(batch));
   state.SetItemsProcessed(state.iterations() * Batch * block);
+  // 3 x the forward FLOPs (bench/train_step_bench.cpp says why), and that
+  // rate over the machine's measured peak for the policy's products.
+  const double gflop = 3.0 * static_cast<double>(Net::flops_per_sample) * Batch * state.iterations() / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
+  const double peak = typeflow_bench::machine_fma_peak().for_policy(
+      std::is_same_v<Policy, tf::mixed_bfloat16> ? "mixed_bfloat16" : "float32");
+  state.counters["of_peak"] = benchmark::Counter(gflop / peak, benchmark::Counter::kIsRate);
   state.counters["params"] = static_cast<double>(Net::parameter_count);
   state.counters["peak_rss_mib"] = peak_rss_mib();
   using plan = tf::memory_plan<typename Net::template under<Policy>, Batch, 2>;
@@ -103,7 +115,7 @@ BENCHMARK_TEMPLATE(train_step, large_gpt, 64, tf::mixed_float16)
 class summary_reporter : public benchmark::ConsoleReporter {
  public:
   struct figures {
-    double tokens_per_second = 0, step_ms = 0, peak_rss_mib = 0, params = 0, arena_mib = 0;
+    double tokens_per_second = 0, step_ms = 0, peak_rss_mib = 0, params = 0, arena_mib = 0, gflops = 0, of_peak = 0;
   };
   std::map<std::string, figures> results;
 
@@ -125,6 +137,8 @@ class summary_reporter : public benchmark::ConsoleReporter {
       f.peak_rss_mib = counter("peak_rss_mib");
       f.params = counter("params");
       f.arena_mib = counter("arena_mib");
+      f.gflops = counter("GFLOP/s");
+      f.of_peak = counter("of_peak");
       results[config] = f;
     }
   }
@@ -162,12 +176,15 @@ int main(int argc, char** argv) {
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 2;
+  const auto& peak = typeflow_bench::machine_fma_peak();
+  typeflow_bench::print_fma_peak(peak);
   summary_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   for (const auto& [name, f] : reporter.results)
     std::printf("typeflow config=%s tokens_per_second=%.0f step_ms=%.2f peak_rss_mib=%.0f params=%.0f policy=%s "
-                "arena_mib=%.0f\n",
-                name.c_str(), f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params, policy.c_str(), f.arena_mib);
+                "arena_mib=%.0f gflop_per_second=%.1f of_peak=%.3f\n",
+                name.c_str(), f.tokens_per_second, f.step_ms, f.peak_rss_mib, f.params, policy.c_str(), f.arena_mib,
+                f.gflops, f.of_peak);
   benchmark::Shutdown();
   return 0;
 }

@@ -17,12 +17,15 @@
 //
 // "GFLOP/s" counts 3 x the forward FLOPs per sample (forward, input gradient,
 // weight gradient), the usual estimate for a training step; the optimizer
-// and element-wise work are not counted. bench/compare_pytorch.sh runs the
+// and element-wise work are not counted. "of_peak" is that rate over the
+// machine's measured FMA peak (bench/fma_peak.hpp, printed first): float32's,
+// or bf16's under mixed_bfloat16 where the CPU has it. bench/compare_pytorch.sh runs the
 // same step in PyTorch for a side-by-side figure.
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -30,6 +33,8 @@
 #include <typeflow/backend/cpu/context.hpp>
 #include <typeflow/backend/cpu/matmul.hpp>
 #include <typeflow/typeflow.hpp>
+
+#include "fma_peak.hpp"
 
 namespace tf = typeflow;
 
@@ -82,9 +87,11 @@ void train_step(benchmark::State& state) {
 
   const double samples = static_cast<double>(state.iterations()) * Batch;
   state.SetItemsProcessed(state.iterations() * Batch);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(3.0 * static_cast<double>(Net::flops_per_sample) * samples / 1e9,
-                         benchmark::Counter::kIsRate);
+  const double gflop = 3.0 * static_cast<double>(Net::flops_per_sample) * samples / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
+  const double peak = typeflow_bench::machine_fma_peak().for_policy(
+      std::is_same_v<Policy, tf::mixed_bfloat16> ? "mixed_bfloat16" : "float32");
+  state.counters["of_peak"] = benchmark::Counter(gflop / peak, benchmark::Counter::kIsRate);
   // The same batch over and over: the loss must fall. A NaN or a rise means
   // the step computes garbage, and then its speed means nothing.
   state.counters["loss_after_warmup"] = first_loss;
@@ -151,9 +158,10 @@ void BM_gemm(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
 
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+  const double gflop = 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
+  state.counters["of_peak"] =
+      benchmark::Counter(gflop / typeflow_bench::machine_fma_peak().float32_gflops, benchmark::Counter::kIsRate);
   state.SetLabel(mm.implementation());
 }
 
@@ -174,4 +182,14 @@ BENCHMARK(BM_gemm)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  const auto& peak = typeflow_bench::machine_fma_peak();
+  typeflow_bench::print_fma_peak(peak);
+  benchmark::AddCustomContext("fma_peak_float32_gflops", std::to_string(peak.float32_gflops));
+  benchmark::AddCustomContext("fma_peak_bf16_gflops", std::to_string(peak.bf16_gflops));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
