@@ -2,7 +2,7 @@
 # typeflow vs PyTorch, one training step of the same small GPT, in one run.
 #
 #   bench/compare_pytorch_gpt.sh [--config small|large|both|gpt2] [--repeat N] [--min-time SECONDS]
-#                                [--pytorch-only] [--typeflow-passive]
+#                                [--policy float32|mixed_bfloat16] [--pytorch-only] [--typeflow-passive]
 #
 # 1. Finds a python3 that imports torch (installs Debian's python3-torch if none
 #    does) and makes sure PyTorch's BLAS is an optimised one: Debian's
@@ -25,7 +25,9 @@
 #    --pytorch-only only the PyTorch side runs (N rounds).
 #
 # Models (see bench/pytorch_gpt.py): nanoGPT-style, V=65, untied head,
-# exact GELU, AdamW(1e-3, betas (0.9, 0.99), weight decay 0.1), float32.
+# exact GELU, AdamW(1e-3, betas (0.9, 0.99), weight decay 0.1), float32; with
+# --policy mixed_bfloat16, typeflow's mixed_bfloat16 against PyTorch's CPU
+# autocast to bfloat16 (float32 weights and optimizer on both sides).
 #   small: 4 layers, 4 heads, n_embd 128, block 64,  batch 12
 #   large: 6 layers, 6 heads, n_embd 384, block 256, batch 64
 #   gpt2:  GPT-2 124M (V 50257, 1024 positions, tanh GELU, tied head),
@@ -47,6 +49,7 @@ build_dir=${BUILD_DIR:-build}
 min_time=
 repeat=2
 config=both
+policy=float32
 pytorch_only=0
 typeflow_passive=0
 while [[ $# -gt 0 ]]; do
@@ -54,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --config) config=$2; shift ;;
     --repeat) repeat=$2; shift ;;
     --min-time) min_time=$2; shift ;;
+    --policy) policy=$2; shift ;;
     --pytorch-only) pytorch_only=1 ;;
     --typeflow-passive) typeflow_passive=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
@@ -65,6 +69,10 @@ case $config in
   small|large|gpt2) configs=("$config") ;;
   both) configs=(small large) ;;
   *) echo "compare_pytorch_gpt.sh: --config must be small, large, both or gpt2, not $config" >&2; exit 2 ;;
+esac
+case $policy in
+  float32|mixed_bfloat16) ;;
+  *) echo "compare_pytorch_gpt.sh: --policy must be float32 or mixed_bfloat16, not $policy" >&2; exit 2 ;;
 esac
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch_gpt.sh: --repeat needs a positive integer" >&2; exit 2; }
 # min_time_for CONFIG: the --min-time both sides get.
@@ -96,10 +104,10 @@ run_side() {
   # The typeflow binary prints Google Benchmark's table first; its summary
   # line may follow the table's colour codes on the same line.
   if [[ $side == typeflow ]]; then
-    "${typeflow_env[@]}" "$bench" --config "$cfg" --min-time "$seconds" --benchmark_color=false >"$output" 2>"$output.err" ||
+    "${typeflow_env[@]}" "$bench" --config "$cfg" --policy "$policy" --min-time "$seconds" --benchmark_color=false >"$output" 2>"$output.err" ||
       { cat "$output" "$output.err" >&2; echo "compare_pytorch_gpt.sh: $bench failed" >&2; return 1; }
   else
-    "${torch_env[@]}" "$python" bench/pytorch_gpt.py --config "$cfg" --min-time "$seconds" >"$output" 2>"$output.err" ||
+    "${torch_env[@]}" "$python" bench/pytorch_gpt.py --config "$cfg" --policy "$policy" --min-time "$seconds" >"$output" 2>"$output.err" ||
       { cat "$output" "$output.err" >&2; echo "compare_pytorch_gpt.sh: bench/pytorch_gpt.py failed" >&2; return 1; }
   fi
   line=$(sed 's/\x1b\[[0-9;]*m//g' "$output" | grep "^$side config=$cfg " | tail -n 1 || true)
@@ -115,7 +123,7 @@ run_side() {
 
 gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-echo "typeflow vs PyTorch: one GPT training step (forward, loss, backward, AdamW), float32, CPU"
+echo "typeflow vs PyTorch: one GPT training step (forward, loss, backward, AdamW), $policy, CPU"
 echo "date:      $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine:   $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(uname -r)"
 echo "load avg:  $(cut -d' ' -f1-3 /proc/loadavg) (before); CPU busy just before the runs (2 s sample, all cores): $(cpu_busy)%"

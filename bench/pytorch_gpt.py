@@ -4,6 +4,13 @@ with typeflow's bench/gpt_train_step.cpp.
 
     python3 bench/pytorch_gpt.py [--config small|large] [--vocab 65] [--threads 2]
                                  [--warmup N] [--min-time S] [--steps N] [--seed 1]
+                                 [--policy float32|mixed_bfloat16]
+
+--policy mixed_bfloat16 runs the forward pass and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision on the
+CPU (its Linear layers and matmuls in bf16 through oneDNN, layer norm and
+softmax in float32, float32 weights and optimizer), for the side-by-side
+figure against typeflow's mixed_bfloat16.
 
 Model (eager PyTorch, float32, no torch.compile, dropout 0), as nanoGPT's
 model.py with bias=True:
@@ -163,6 +170,7 @@ def main() -> None:
                         help="time at least this many seconds (small 5, large 20)")
     parser.add_argument("--steps", type=int, default=0, help="time exactly this many steps instead")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--policy", choices=["float32", "mixed_bfloat16"], default="float32")
     args = parser.parse_args()
 
     config = CONFIGS[args.config]
@@ -190,7 +198,8 @@ def main() -> None:
     def step(i: int) -> torch.Tensor:
         x, y = pool[i % len(pool)]
         optimizer.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.policy == "mixed_bfloat16"):
+            loss = model(x, y)
         loss.backward()
         optimizer.step()
         return loss
@@ -223,7 +232,7 @@ def main() -> None:
     print(f"pytorch config={args.config} tokens_per_second={tokens / elapsed:.1f} "
           f"step_ms={1000.0 * elapsed / steps:.2f} peak_rss_mib={peak_rss_mib:.1f} params={params} "
           f"steps={steps} seconds={elapsed:.3f} batch={batch} block_size={block_size} vocab={vocab} "
-          f"threads={torch.get_num_threads()} loss={last_loss:.4f}")
+          f"threads={torch.get_num_threads()} loss={last_loss:.4f} policy={args.policy}")
 
 
 if __name__ == "__main__":
