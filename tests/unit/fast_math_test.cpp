@@ -1,4 +1,4 @@
-// fast_exp and fast_erf (core/fast_math.hpp) against libm, over a sample of
+// fast_exp, fast_erf and fast_tanh (core/fast_math.hpp) against libm, over a sample of
 // every float's bit pattern.
 #include <doctest/doctest.h>
 
@@ -33,6 +33,32 @@ TEST_CASE("fast_exp stays within 3 ulp of std::exp, and fast_erf within 6e-7 of 
   CHECK(checked > 400'000);
   CHECK(worst_ulp <= 3.0);
   CHECK(worst_erf <= 6e-7);
+}
+
+TEST_CASE("fast_tanh stays within 5 ulp of tanh, and keeps its edges") {
+  double worst_ulp = 0;
+  float worst_at = 0;
+  std::uint64_t checked = 0;
+  for (std::uint64_t pattern = 0; pattern < (std::uint64_t{1} << 32); pattern += 9973) {
+    const auto bits = static_cast<std::uint32_t>(pattern);
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    if (std::isnan(x) || std::fabs(x) < 1e-30f) continue;
+    ++checked;
+    const double want = std::tanh(static_cast<double>(x));
+    const float rounded = static_cast<float>(std::fabs(want));
+    const double ulp = std::nextafter(rounded, 2.f) - rounded;
+    const double error = std::fabs(static_cast<double>(typeflow::fast_tanh(x)) - want) / ulp;
+    if (error > worst_ulp) worst_ulp = error, worst_at = x;
+  }
+  INFO(checked << " floats; tanh: " << worst_ulp << " ulp at " << worst_at);
+  CHECK(checked > 380'000);  // every sampled float but NaN and |x| < 1e-30
+  CHECK(worst_ulp <= 5.0);
+  CHECK(typeflow::fast_tanh(std::numeric_limits<float>::infinity()) == 1.f);
+  CHECK(typeflow::fast_tanh(-std::numeric_limits<float>::infinity()) == -1.f);
+  CHECK(typeflow::fast_tanh(20.f) == 1.f);
+  CHECK(typeflow::fast_tanh(1e-5f) == 1e-5f);
+  CHECK(std::isnan(typeflow::fast_tanh(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST_CASE("fast_exp's edges: overflow to infinity, underflow to zero, NaN kept") {

@@ -21,7 +21,7 @@ struct relu {
 
 struct tanh_fn {
   static constexpr bool derivative_from_output = true;
-  TYPEFLOW_HOST_DEVICE float value(float x) const { return std::tanh(x); }
+  TYPEFLOW_HOST_DEVICE float value(float x) const { return fast_tanh(x); }
   TYPEFLOW_HOST_DEVICE float derivative_at_output(float y) const { return 1.f - y * y; }
 };
 
@@ -56,11 +56,11 @@ struct gelu_tanh {
   static constexpr bool derivative_from_output = false;
   static constexpr float k = 0.79788456080286536f;  // sqrt(2 / pi)
   TYPEFLOW_HOST_DEVICE float value(float x) const {
-    return 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + fast_tanh(k * (x + 0.044715f * x * x * x)));
   }
   TYPEFLOW_HOST_DEVICE float derivative_at_input(float x) const {
     const float inner = k * (x + 0.044715f * x * x * x);
-    const float t = std::tanh(inner);
+    const float t = fast_tanh(inner);
     const float d_inner = k * (1.f + 3.f * 0.044715f * x * x);
     return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * d_inner;
   }
