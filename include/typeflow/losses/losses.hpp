@@ -18,18 +18,22 @@
 #include <string_view>
 
 #include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/fast_math.hpp"
 
 namespace typeflow::losses {
 
 enum class label_form { sparse, dense };
 
 namespace detail {
-// log(sum(exp(z))) over one row, stably.
+// log(sum(exp(z))) over one row, stably, in vector lanes (fast_exp; the
+// sums in lanes: a GPT-2 head's rows are 50257 wide).
 inline float log_sum_exp(const float* z, int n) {
   float max = z[0];
+#pragma omp simd reduction(max : max)
   for (int j = 1; j < n; ++j) max = z[j] > max ? z[j] : max;
   float sum = 0.f;
-  for (int j = 0; j < n; ++j) sum += std::exp(z[j] - max);
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) sum += fast_exp(z[j] - max);
   return max + std::log(sum);
 }
 // Keras clips probabilities into [epsilon, 1 - epsilon] before the log.
@@ -59,7 +63,8 @@ struct sparse_categorical_crossentropy {
       const int y = ids[r];
       if (logits) {
         const float lse = detail::log_sum_exp(z, classes);
-        for (int j = 0; j < classes; ++j) g[j] = std::exp(z[j] - lse) * scale;
+#pragma omp simd
+        for (int j = 0; j < classes; ++j) g[j] = fast_exp(z[j] - lse) * scale;
         g[y] -= scale;
         row_loss[r] = lse - z[y];
       } else {
@@ -105,7 +110,7 @@ struct categorical_crossentropy {
         float loss = 0.f;
         for (int j = 0; j < classes; ++j) {
           loss += t[j] * (lse - z[j]);
-          g[j] = (std::exp(z[j] - lse) * target_sum - t[j]) * scale;
+          g[j] = (fast_exp(z[j] - lse) * target_sum - t[j]) * scale;
         }
         row_loss[r] = loss;
       } else {
