@@ -120,9 +120,11 @@ inline const fma_peak& machine_fma_peak() {
   return peak;
 }
 
-inline void print_fma_peak(const fma_peak& peak) {
-  std::printf("fma_peak float32_gflops=%.1f bf16_gflops=%.1f threads=%d\n", peak.float32_gflops, peak.bf16_gflops,
-              omp_get_max_threads());
+// One line, "fma_peak float32_gflops=... bf16_gflops=... threads=N", to
+// `to` (stderr where stdout carries Google Benchmark's JSON).
+inline void print_fma_peak(const fma_peak& peak, std::FILE* to = stdout) {
+  std::fprintf(to, "fma_peak float32_gflops=%.1f bf16_gflops=%.1f threads=%d\n", peak.float32_gflops,
+               peak.bf16_gflops, omp_get_max_threads());
 }
 
 }  // namespace typeflow_bench

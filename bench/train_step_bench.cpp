@@ -184,7 +184,7 @@ BENCHMARK(BM_gemm)
 
 int main(int argc, char** argv) {
   const auto& peak = typeflow_bench::machine_fma_peak();
-  typeflow_bench::print_fma_peak(peak);
+  typeflow_bench::print_fma_peak(peak, stderr);  // stdout may be --benchmark_format=json
   benchmark::AddCustomContext("fma_peak_float32_gflops", std::to_string(peak.float32_gflops));
   benchmark::AddCustomContext("fma_peak_bf16_gflops", std::to_string(peak.bf16_gflops));
   benchmark::Initialize(&argc, argv);
