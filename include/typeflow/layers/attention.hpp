@@ -213,9 +213,6 @@ struct causal_self_attention {
     // (rows, Rank) each (backend/cpu/lora.hpp).
     static constexpr std::size_t own_workspace_bytes_per_sample =
         decoding ? 2 * cache_floats * sizeof(float) : qkv_bytes + probability_bytes + concat_bytes + mask_bytes;
-    static constexpr std::size_t workspace_bytes_per_sample =
-        own_workspace_bytes_per_sample + (with_lora ? 4 * std::size_t{steps} * lora_rank * sizeof(float) : 0);
-    static constexpr std::size_t workspace_bytes_per_step = with_lora ? 5 * arena_alignment : 0;
     static constexpr std::size_t own_scratch_bytes_per_sample =
         decoding ? decode_qkv_bytes + decode_concat_bytes + decode_score_bytes
                  : concat_bytes + qkv_bytes + bias_share_bytes;
@@ -226,8 +223,10 @@ struct causal_self_attention {
     // accumulation); the per-head products stay float32. Not with lora<>,
     // whose adapters add in float32. After the scratch above, the CPU keeps
     // the rounded operands (backend/cpu/attention.hpp): per row, float32 x
-    // when emulated, or bf16 x, y, d_out and d_qkv (12 D bytes) when native;
-    // per step, the rounded kernels and biases.
+    // when emulated, or bf16 d_out and d_qkv when native; per step, the
+    // rounded biases, and the rounded kernels when emulated. With native bf16
+    // products forward converts the kernels, x and y to bf16 in the
+    // workspace, after its own (and no lora's), where backward reads them.
     using compute_dtype = std::conditional_t<with_lora, float32, typename Context::precision::compute>;
     static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
     static constexpr std::size_t rows_per_sample = decoding ? 1 : steps;
@@ -236,7 +235,7 @@ struct causal_self_attention {
     static constexpr std::size_t proj_kernel_floats =
         aligned_floats(std::tuple_element_t<2, typename params::tuple>::stored_floats);
     static constexpr std::size_t operands_16bit_bytes_per_sample =
-        low_precision ? rows_per_sample * std::size_t{12} * width : 0;
+        low_precision ? rows_per_sample * std::size_t{8} * width : 0;
     static constexpr std::size_t weights_16bit_bytes =
         low_precision
             ? (qkv_kernel_floats + proj_kernel_floats + aligned_floats(3 * width) + aligned_floats(width)) * sizeof(float) +
@@ -244,6 +243,15 @@ struct causal_self_attention {
             : 0;
     static constexpr std::size_t scratch_bytes_per_sample = own_scratch_bytes_per_sample + operands_16bit_bytes_per_sample;
     static constexpr std::size_t scratch_bytes_per_step = own_scratch_bytes_per_step + weights_16bit_bytes;
+    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;  // never with lora<>
+    static constexpr std::size_t kept_bf16_bytes_per_sample = native_bf16_possible ? rows_per_sample * 4 * width : 0;
+    static constexpr std::size_t kept_bf16_bytes_per_step =
+        native_bf16_possible ? align_up(qkv_kernel_floats * 2) + align_up(proj_kernel_floats * 2) + 3 * arena_alignment
+                             : 0;
+    static constexpr std::size_t workspace_bytes_per_sample =
+        own_workspace_bytes_per_sample + (with_lora ? 4 * std::size_t{steps} * lora_rank * sizeof(float) : 0) +
+        kept_bf16_bytes_per_sample;
+    static constexpr std::size_t workspace_bytes_per_step = (with_lora ? 5 * arena_alignment : 0) + kept_bf16_bytes_per_step;
   };
 };
 

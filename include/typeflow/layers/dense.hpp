@@ -104,17 +104,29 @@ struct dense {
         (with_lora ? 2 * rows_per_sample * std::size_t{lora_rank} * (in_features + units) : 0);
     // The adapter's term comes before an activation: no fused epilogue then.
     static constexpr epilogue fused = with_lora ? epilogue::none : fusable_epilogue<typename Context::next>;
+    // The CPU's native bf16 products (backend/cpu/dense.hpp; chosen at run
+    // time): not with lora<>, whose adapter adds in float32, nor with a
+    // float16 input. Their bf16 kernel, and the bf16 input when the input
+    // arrives in float32, are converted in forward and kept for backward.
+    static constexpr bool native_bf16_possible =
+        std::is_same_v<compute_dtype, bfloat16> && !with_lora && !std::is_same_v<input_dtype, float16>;
+    static constexpr bool keeps_bf16_input = native_bf16_possible && !std::is_same_v<input_dtype, bfloat16>;
     // The adapter keeps x · A (forward to backward) and d_y · B^T.
     static constexpr std::size_t workspace_bytes_per_sample =
-        with_lora ? 2 * rows_per_sample * std::size_t{lora_rank} * sizeof(float) : 0;
-    static constexpr std::size_t workspace_bytes_per_step = with_lora ? 2 * arena_alignment : 0;
+        with_lora          ? 2 * rows_per_sample * std::size_t{lora_rank} * sizeof(float)
+        : keeps_bf16_input ? rows_per_sample * in_features * std::size_t{2}
+                           : 0;
 
-    // The CPU's 16 bits, all in scratch (rounded again in backward, which
+    // The emulated 16 bits, all in scratch (rounded again in backward, which
     // costs one pass over the kernel and keeps nothing between the passes):
     // the input rounded, the output before it is stored in 16 bits, the
     // kernel and bias rounded (backend/cpu/dense.hpp).
     static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
     static constexpr std::size_t bias_floats = aligned_floats(units);
+    static constexpr std::size_t workspace_bytes_per_step =
+        with_lora              ? 2 * arena_alignment
+        : native_bf16_possible ? align_up(kernel_floats * 2) + (keeps_bf16_input ? arena_alignment : 0)
+                               : 0;
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
     // A 16-bit input is read through a float32 copy, whatever this layer computes in.
     static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;

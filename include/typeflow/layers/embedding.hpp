@@ -167,9 +167,10 @@ struct tied_logits {
     // input, the matrix, d_logits) and the gradients it writes are rounded,
     // with float32 accumulation. The logits are not rounded: the loss reads
     // them in full float32 precision (result_dtype; the rule in train/model.hpp),
-    // which is what makes a 16-bit head safe. The CPU holds the rounded
-    // operands in scratch (backend/cpu/embedding.hpp): float32 copies when
-    // emulated, bf16 ones (and d_logits) when native.
+    // which is what makes a 16-bit head safe. The CPU (backend/cpu/embedding.hpp)
+    // holds the rounded operands in scratch as float32 copies when emulated;
+    // with native bf16 products forward converts them to bf16 in the
+    // workspace, where backward reads them again (d_logits in scratch).
     using compute_dtype = typename Context::precision::compute;
     using result_dtype = float32;
     static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
@@ -178,6 +179,10 @@ struct tied_logits {
         low_precision ? rows_per_sample * std::max(std::size_t(dim) * sizeof(float), std::size_t(vocab + dim) * 2) : 0;
     static constexpr std::size_t scratch_bytes_per_step =
         low_precision ? table_floats * sizeof(float) + 3 * arena_alignment : 0;
+    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;
+    static constexpr std::size_t workspace_bytes_per_sample = native_bf16_possible ? rows_per_sample * dim * 2 : 0;
+    static constexpr std::size_t workspace_bytes_per_step =
+        native_bf16_possible ? align_up(table_floats * 2) + arena_alignment : 0;
   };
 };
 

@@ -402,7 +402,10 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       qkv_bias = reinterpret_cast<const float*>(scratch_at(qkv_bias_16bit_at));
       proj_bias = reinterpret_cast<const float*>(scratch_at(proj_bias_16bit_at));
       if (native_) {
-        y = scratch_at(y_bf16_at);
+        x = kept_bf16(x_kept_at);
+        qkv_kernel = kept_bf16(qkv_kernel_kept_at);
+        proj_kernel = kept_bf16(proj_kernel_kept_at);
+        y = kept_bf16(y_kept_at);
         d_out = scratch_at(d_out_bf16_at);
         d_qkv_operand = scratch_at(d_qkv_bf16_at);
       }
@@ -431,7 +434,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       const bool drop = with_dropout && io_.run && io_.run->training;
       for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
     }
-    if constexpr (low_precision) round(concat(), rows_d, y_bf16_at);
+    if constexpr (low_precision) round(concat(), rows_d, kept_bf16(y_kept_at));
     proj_forward_.run();
     if constexpr (low_precision) round(io_.out, rows_d);
     if constexpr (with_lora) proj_adapter_.forward();
@@ -440,11 +443,11 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   void backward() {
     if constexpr (!decoding) {
       if constexpr (low_precision) {
-        // The gradient arriving is held in 16 bits; the operands are
-        // rounded again (scratch does not outlive a call), y exactly.
-        round(const_cast<float*>(io_.d_out), rows_d, d_out_bf16_at);
-        round_projection_operands();
-        if (native_) round(concat(), rows_d, y_bf16_at);
+        // The gradient arriving is held in 16 bits. Emulated, the operands
+        // are rounded again (scratch does not outlive a call); native, the
+        // workspace kept forward's bf16 x, y and kernels.
+        round(const_cast<float*>(io_.d_out), rows_d, scratch_bf16(d_out_bf16_at));
+        if (!native_) round_projection_operands();
       }
       if constexpr (!with_lora) proj_kernel_grad_.run();
       backend::cpu::column_sums(io_.d_out, rows, D, param_gradient<params, 3>(io_));
@@ -457,7 +460,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       if constexpr (with_lora) proj_adapter_.backward();  // adds to d_y
       const bool drop = with_dropout && io_.run && io_.run->training;
       for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
-      if constexpr (low_precision) round(d_qkv(), rows_3d, d_qkv_bf16_at);
+      if constexpr (low_precision) round(d_qkv(), rows_3d, scratch_bf16(d_qkv_bf16_at));
       if constexpr (!with_lora) qkv_kernel_grad_.run();
       if constexpr (low_precision) round(param_gradient<params, 0>(io_), Layer::qkv_kernel_floats);
       // d qkv.bias: the samples' shares, summed by the heads' backward.
@@ -480,18 +483,18 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   static constexpr float keep_scale = dropout_rate < 1.f ? 1.f / (1.f - dropout_rate) : 1.f;
 
   // The 16-bit projections (layers/attention.hpp), after the scratch below:
-  // emulated, x rounded (float32); native, x, y, d_out and d_qkv in bf16;
-  // then the kernels and biases rounded (bf16 kernels when native).
+  // emulated, x rounded (float32); native, d_out and d_qkv in bf16; then the
+  // kernels (emulated) and biases rounded. Native, after the workspace's own
+  // regions: the bf16 kernels, x and y, from forward to backward.
   using compute_dtype = typename Layer::compute_dtype;
   static constexpr bool low_precision = Layer::low_precision;
-  static constexpr bool native_possible = low_precision && std::is_same_v<compute_dtype, bfloat16>;
+  static constexpr bool native_possible = Layer::native_bf16_possible;
   using bf16_t = bfloat16::value_type;
   static constexpr std::size_t rows_d = static_cast<std::size_t>(rows) * D;
   static constexpr std::size_t rows_3d = 3 * rows_d;
   static constexpr std::size_t x_16bit_at =
       align_up(Batch * Layer::own_scratch_bytes_per_sample + Layer::own_scratch_bytes_per_step);
-  static constexpr std::size_t y_bf16_at = x_16bit_at + align_up(rows_d * sizeof(bf16_t));
-  static constexpr std::size_t d_out_bf16_at = y_bf16_at + align_up(rows_d * sizeof(bf16_t));
+  static constexpr std::size_t d_out_bf16_at = x_16bit_at;  // native: x is kept in the workspace
   static constexpr std::size_t d_qkv_bf16_at = d_out_bf16_at + align_up(rows_d * sizeof(bf16_t));
   static constexpr std::size_t qkv_kernel_16bit_at =
       std::max(x_16bit_at + align_up(rows_d * sizeof(float)), d_qkv_bf16_at + align_up(rows_3d * sizeof(bf16_t)));
@@ -503,13 +506,23 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   static_assert(!low_precision || proj_bias_16bit_at + align_up(D * sizeof(float)) <=
                                       Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
                 "causal_self_attention: the 16-bit operands exceed the layer's scratch");
+  static constexpr std::size_t qkv_kernel_kept_at =
+      align_up(static_cast<std::size_t>(Batch) * Layer::own_workspace_bytes_per_sample);
+  static constexpr std::size_t proj_kernel_kept_at = qkv_kernel_kept_at + align_up(Layer::qkv_kernel_floats * 2);
+  static constexpr std::size_t x_kept_at = proj_kernel_kept_at + align_up(Layer::proj_kernel_floats * 2);
+  static constexpr std::size_t y_kept_at = x_kept_at + align_up(rows_d * 2);
+  static_assert(!native_possible || y_kept_at + rows_d * 2 <= Batch * Layer::workspace_bytes_per_sample +
+                                                                  Layer::workspace_bytes_per_step,
+                "causal_self_attention: the kept bf16 operands exceed the layer's workspace");
   std::byte* scratch_at(std::size_t offset) const { return io_.scratch + offset; }
+  bf16_t* scratch_bf16(std::size_t offset) const { return reinterpret_cast<bf16_t*>(io_.scratch + offset); }
+  bf16_t* kept_bf16(std::size_t offset) const { return reinterpret_cast<bf16_t*>(io_.workspace + offset); }
 
   // values rounded to the compute dtype in place and, on the native path,
-  // stored in bf16 at the scratch offset bf16_copy too (when given).
-  void round(float* values, std::size_t n, std::size_t bf16_copy = 0) const {
+  // stored in bf16 at bf16_copy too.
+  void round(float* values, std::size_t n, bf16_t* bf16_copy = nullptr) const {
     if (native_ && bf16_copy)
-      precision::round_in_place_and_store<bfloat16>(values, reinterpret_cast<bf16_t*>(scratch_at(bf16_copy)), n);
+      precision::round_in_place_and_store<bfloat16>(values, bf16_copy, n);
     else
       precision::round_in_place<compute_dtype>(values, n);
   }
@@ -518,11 +531,9 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
     const float* qkv_kernel = param_data<params, 0>(io_);
     const float* proj_kernel = param_data<params, 2>(io_);
     if (native_) {
-      precision::from_float<bfloat16>(io_.in, reinterpret_cast<bf16_t*>(scratch_at(x_16bit_at)), rows_d);
-      precision::from_float<bfloat16>(qkv_kernel, reinterpret_cast<bf16_t*>(scratch_at(qkv_kernel_16bit_at)),
-                                      Layer::qkv_kernel_floats);
-      precision::from_float<bfloat16>(proj_kernel, reinterpret_cast<bf16_t*>(scratch_at(proj_kernel_16bit_at)),
-                                      Layer::proj_kernel_floats);
+      precision::from_float<bfloat16>(io_.in, kept_bf16(x_kept_at), rows_d);
+      precision::from_float<bfloat16>(qkv_kernel, kept_bf16(qkv_kernel_kept_at), Layer::qkv_kernel_floats);
+      precision::from_float<bfloat16>(proj_kernel, kept_bf16(proj_kernel_kept_at), Layer::proj_kernel_floats);
     } else {
       precision::round_into<compute_dtype>(io_.in, reinterpret_cast<float*>(scratch_at(x_16bit_at)), rows_d);
       precision::round_into<compute_dtype>(qkv_kernel, reinterpret_cast<float*>(scratch_at(qkv_kernel_16bit_at)),

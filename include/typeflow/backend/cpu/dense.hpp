@@ -4,10 +4,11 @@
 // In a 16-bit compute dtype the product sees the input, kernel, bias,
 // output and every gradient rounded to 16 bits, with float32 accumulation.
 // Two ways to that (backend/cpu/products_16bit.hpp decides at set-up):
-//  - native (bfloat16 on AVX512-BF16 or AMX): oneDNN bf16 matmuls. The kernel
-//    is converted to bf16 in scratch, a bf16-stored input is read as it is
-//    (a float32 one is converted), and a bf16-stored output is written by the
-//    matmul itself, after the bias and the epilogue in float32;
+//  - native (bfloat16 on AVX512-BF16 or AMX): oneDNN bf16 matmuls. Forward
+//    converts the kernel to bf16 in the layer's workspace, where backward
+//    reads it again; a bf16-stored input is read as it is (a float32 one is
+//    converted, into the workspace too), and a bf16-stored output is written
+//    by the matmul itself, after the bias and the epilogue in float32;
 //  - emulated (AVX2, float16): the rounded values are held in float32 and the
 //    product runs in float32 (precision/storage.hpp).
 // Either way the output is stored in 16 bits when the layers after it read 16 bits.
@@ -171,26 +172,26 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     }
   }
 
-  // The native bf16 path (not with lora<>, whose adapter adds in float32,
-  // nor with a float16 input). Scratch: d_out in bf16, the input in bf16
-  // (when it arrives in float32), the kernel in bf16 and the bias rounded.
-  static constexpr bool native_possible = std::is_same_v<compute_dtype, bfloat16> && !with_lora &&
-                                          !std::is_same_v<input_dtype, float16>;
+  // The native bf16 path (Layer::native_bf16_possible). Workspace, kept from
+  // forward to backward: the kernel in bf16, then the input in bf16 when it
+  // arrives in float32. Scratch: d_out in bf16, then the bias rounded.
+  static constexpr bool native_possible = Layer::native_bf16_possible;
   static constexpr bool reads_bf16_input = std::is_same_v<input_dtype, bfloat16>;
   using bf16_t = bfloat16::value_type;
-  static constexpr std::size_t native_input_offset = align_up(output_count * sizeof(bf16_t));
-  static constexpr std::size_t native_weights_offset =
-      native_input_offset + (reads_bf16_input ? 0 : align_up(input_count * sizeof(bf16_t)));
-  static constexpr std::size_t native_bias_offset = native_weights_offset + align_up(kernel_floats * sizeof(bf16_t));
+  static constexpr std::size_t native_input_offset = align_up(kernel_floats * sizeof(bf16_t));
+  static constexpr std::size_t native_bias_offset = align_up(output_count * sizeof(bf16_t));
   static_assert(!native_possible || native_bias_offset + bias_floats * sizeof(float) <=
                                         Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
                 "dense: the native bf16 path's scratch exceeds the layer's");
+  static_assert(!native_possible || native_input_offset + (reads_bf16_input ? 0 : input_count * sizeof(bf16_t)) <=
+                                        Batch * Layer::workspace_bytes_per_sample + Layer::workspace_bytes_per_step,
+                "dense: the native bf16 path's kept operands exceed the layer's workspace");
   bf16_t* d_out_bf16() const { return reinterpret_cast<bf16_t*>(io_.scratch); }
   const bf16_t* input_bf16() const {
     if constexpr (reads_bf16_input) return reinterpret_cast<const bf16_t*>(io_.in);
-    else return reinterpret_cast<const bf16_t*>(io_.scratch + native_input_offset);
+    else return reinterpret_cast<const bf16_t*>(io_.workspace + native_input_offset);
   }
-  bf16_t* kernel_bf16() const { return reinterpret_cast<bf16_t*>(io_.scratch + native_weights_offset); }
+  bf16_t* kernel_bf16() const { return reinterpret_cast<bf16_t*>(io_.workspace); }
   float* bias_rounded() const { return reinterpret_cast<float*>(io_.scratch + native_bias_offset); }
 
   void bind_native(std::byte* scratchpad) {
@@ -198,21 +199,16 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     if constexpr (!with_lora) kernel_grad_.bind(input_bf16(), d_out_bf16(), nullptr, param_gradient<params, 0>(io_), scratchpad);
     if (io_.d_in) input_grad_.bind(d_out_bf16(), kernel_bf16(), nullptr, io_.d_in, scratchpad);
   }
-  // This step's weights and input in bf16 (scratch does not outlive a call).
-  void convert_native_operands() {
+  void forward_native() {
     precision::from_float<bfloat16>(param_data<params, 0>(io_), kernel_bf16(), kernel_floats);
     if constexpr (!reads_bf16_input)
       precision::from_float<bfloat16>(io_.in, const_cast<bf16_t*>(input_bf16()), input_count);
-  }
-  void forward_native() {
-    convert_native_operands();
     precision::round_into<bfloat16>(param_data<params, 1>(io_), bias_rounded(), bias_floats);
     forward_.run();
     if constexpr (!stores_16bit) precision::round_in_place<bfloat16>(io_.out, output_count);
   }
   void backward_native() {
     precision::round_in_place_and_store<bfloat16>(const_cast<float*>(io_.d_out), d_out_bf16(), output_count);
-    convert_native_operands();
     kernel_grad_.run();
     bias_gradient();
     precision::round_in_place<bfloat16>(param_gradient<params, 0>(io_), kernel_floats);

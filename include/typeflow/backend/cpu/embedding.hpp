@@ -135,7 +135,7 @@ class executor<tied_logits, Layer, Batch, cpu> {
   static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
   using compute_dtype = typename Layer::compute_dtype;
   static constexpr bool low_precision = Layer::low_precision;
-  static constexpr bool native_possible = std::is_same_v<compute_dtype, bfloat16>;
+  static constexpr bool native_possible = Layer::native_bf16_possible;
 
  public:
   explicit executor(const layer_io<cpu>& io) : io_(io), native_(native_possible && io.context->native_bf16) {
@@ -159,8 +159,8 @@ class executor<tied_logits, Layer, Batch, cpu> {
     const void* table = io_.tied_params;
     const void* d_logits = io_.d_out;
     if (native_) {
-      x = scratch_at<bf16_t>(native_input_offset);
-      table = scratch_at<bf16_t>(native_table_offset);
+      x = kept_at<bf16_t>(native_input_offset);
+      table = kept_at<bf16_t>(0);
       d_logits = scratch_at<bf16_t>(0);
     } else if constexpr (low_precision) {
       x = scratch_at<float>(0);
@@ -177,9 +177,12 @@ class executor<tied_logits, Layer, Batch, cpu> {
   void backward() {
     if constexpr (low_precision) {
       float* d_out = const_cast<float*>(io_.d_out);
-      if (native_) precision::round_in_place_and_store<bfloat16>(d_out, scratch_at<bf16_t>(0), logit_count);
-      else precision::round_in_place<compute_dtype>(d_out, logit_count);
-      round_operands();  // scratch does not outlive a call
+      if (native_) {
+        precision::round_in_place_and_store<bfloat16>(d_out, scratch_at<bf16_t>(0), logit_count);
+      } else {
+        precision::round_in_place<compute_dtype>(d_out, logit_count);
+        round_operands();  // scratch does not outlive a call; the workspace does
+      }
     }
     table_grad_.run();
     if constexpr (low_precision) precision::round_in_place<compute_dtype>(io_.tied_grads, Layer::table_floats);
@@ -193,26 +196,32 @@ class executor<tied_logits, Layer, Batch, cpu> {
   using bf16_t = bfloat16::value_type;
   static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * dim;
   static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * vocab;
-  // Scratch, emulated: [x rounded, float32][E rounded, float32];
-  // native: [d_logits, bf16][x, bf16][E, bf16].
+  // Scratch, emulated: [x rounded, float32][E rounded, float32]; native:
+  // [d_logits, bf16]. Workspace, native (forward to backward): [E, bf16][x, bf16].
   static constexpr std::size_t emulated_table_offset = align_up(input_count * sizeof(float));
-  static constexpr std::size_t native_input_offset = align_up(logit_count * sizeof(bf16_t));
-  static constexpr std::size_t native_table_offset = native_input_offset + align_up(input_count * sizeof(bf16_t));
+  static constexpr std::size_t native_input_offset = align_up(Layer::table_floats * sizeof(bf16_t));
   static_assert(!low_precision ||
                     std::max(emulated_table_offset + Layer::table_floats * sizeof(float),
-                             native_table_offset + Layer::table_floats * sizeof(bf16_t)) <=
+                             logit_count * sizeof(bf16_t)) <=
                         Batch * Layer::scratch_bytes_per_sample + Layer::scratch_bytes_per_step,
                 "tied_logits: the 16-bit operands exceed the layer's scratch");
+  static_assert(!native_possible || native_input_offset + input_count * sizeof(bf16_t) <=
+                                        Batch * Layer::workspace_bytes_per_sample + Layer::workspace_bytes_per_step,
+                "tied_logits: the bf16 operands exceed the layer's workspace");
   template <class T>
   T* scratch_at(std::size_t offset) const {
     return reinterpret_cast<T*>(io_.scratch + offset);
+  }
+  template <class T>
+  T* kept_at(std::size_t offset) const {
+    return reinterpret_cast<T*>(io_.workspace + offset);
   }
 
   // The input and the matrix as this step's product sees them.
   void round_operands() {
     if (native_) {
-      precision::from_float<bfloat16>(io_.in, scratch_at<bf16_t>(native_input_offset), input_count);
-      precision::from_float<bfloat16>(io_.tied_params, scratch_at<bf16_t>(native_table_offset), Layer::table_floats);
+      precision::from_float<bfloat16>(io_.in, kept_at<bf16_t>(native_input_offset), input_count);
+      precision::from_float<bfloat16>(io_.tied_params, kept_at<bf16_t>(0), Layer::table_floats);
     } else {
       precision::round_into<compute_dtype>(io_.in, scratch_at<float>(0), input_count);
       precision::round_into<compute_dtype>(io_.tied_params, scratch_at<float>(emulated_table_offset),
