@@ -111,27 +111,27 @@ struct dense {
     static constexpr bool native_bf16_possible =
         std::is_same_v<compute_dtype, bfloat16> && !with_lora && !std::is_same_v<input_dtype, float16>;
     static constexpr bool keeps_bf16_input = native_bf16_possible && !std::is_same_v<input_dtype, bfloat16>;
-    // The adapter keeps x · A (forward to backward) and d_y · B^T.
+    static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
+    static constexpr std::size_t bias_floats = aligned_floats(units);
+    // Workspace: the adapter's x · A (forward to backward) and d_y · B^T, or
+    // the native path's bf16 kernel and input.
     static constexpr std::size_t workspace_bytes_per_sample =
         with_lora          ? 2 * rows_per_sample * std::size_t{lora_rank} * sizeof(float)
         : keeps_bf16_input ? rows_per_sample * in_features * std::size_t{2}
                            : 0;
-
-    // The emulated 16 bits, all in scratch (rounded again in backward, which
-    // costs one pass over the kernel and keeps nothing between the passes):
-    // the input rounded, the output before it is stored in 16 bits, the
-    // kernel and bias rounded (backend/cpu/dense.hpp).
-    static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
-    static constexpr std::size_t bias_floats = aligned_floats(units);
     static constexpr std::size_t workspace_bytes_per_step =
         with_lora              ? 2 * arena_alignment
         : native_bf16_possible ? align_up(kernel_floats * 2) + (keeps_bf16_input ? arena_alignment : 0)
                                : 0;
+
+    // The emulated 16 bits, all in scratch (rounded again in backward, which
+    // costs one pass over the kernel and keeps nothing between the passes):
+    // the input rounded, the output before it is stored in 16 bits, the
+    // kernel and bias rounded (backend/cpu/dense.hpp). The native path needs
+    // less here: d_out in bf16 and the bias rounded.
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
     // A 16-bit input is read through a float32 copy, whatever this layer computes in.
     static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;
-    // The CPU's native bf16 path needs the input and d_out in 16 bits instead
-    // (at most as much, but for a float32 output wider than the input).
     static constexpr std::size_t scratch_bytes_per_sample =
         copies_input ? rows_per_sample * std::max((in_features + (stores_16bit ? units : 0)) * sizeof(float),
                                                   (in_features + units) * std::size_t{2})
