@@ -1,6 +1,7 @@
 // Convolutional training steps on the CPU: typeflow's side of bench/compare_pytorch_cnn.sh.
 //
-//   build/bench/cnn_train_step [--config mnist_cnn|conv|both] [--min-time S] [benchmark flags...]
+//   build/bench/cnn_train_step [--config mnist_cnn|conv|both] [--policy float32|mixed_bfloat16|mixed_float16]
+//                              [--min-time S] [benchmark flags...]
 //
 // mnist_cnn  the MNIST CNN (Keras's mnist_convnet without dropout), batch 128:
 //              input (28, 28) -> reshape (28, 28, 1) -> conv2d<32, 3> relu -> max_pooling2d<2>
@@ -25,9 +26,15 @@
 // and its achieved rate is 2/3 of the figure shown.
 //   mnist_cnn forward: 2 * (26*26*32*3*3*1 + 11*11*64*3*3*32 + 1600*128 + 128*10) = 5,262,080 per image
 //   conv      forward: 2 * 11*11*64*3*3*32                                        = 4,460,544 per image
+// --policy picks the precision policy (float32 by default; the mixed ones
+// run mnist_cnn only, whose output layer computes in float32 as the loss
+// requires): under mixed_bfloat16 the convolutions and dense layers run bf16
+// products (native where oneDNN has them, backend/cpu/products_16bit.hpp),
+// and of_peak is measured against the bf16 peak.
 // After the Google Benchmark table, one line per configuration for the
 // comparison script:
 //   typeflow config=<c> images_per_second=X step_ms=Y peak_rss_mib=Z params=N gflop_per_second=G of_peak=F
+//            policy=P
 // peak_rss_mib is the process's peak resident memory so far (getrusage), so
 // run one configuration per process to read each one's peak. The loss must
 // fall over the timed steps (the same batch every step); if it does not, or
@@ -60,7 +67,7 @@ constexpr int warmup_steps = 3;
 
 using mnist_cnn = tf::sequential<tf::input<28, 28>, tf::reshape<28, 28, 1>, tf::conv2d<32, 3>, tf::relu,
                                  tf::max_pooling2d<2>, tf::conv2d<64, 3>, tf::relu, tf::max_pooling2d<2>,
-                                 tf::flatten, tf::dense<128>, tf::relu, tf::dense<10>>;
+                                 tf::flatten, tf::dense<128>, tf::relu, tf::dense<10, tf::float32>>;
 static_assert(mnist_cnn::parameter_count == 225034);
 constexpr double mnist_cnn_forward_flops =
     2.0 * (26 * 26 * 32 * 3 * 3 * 1 + 11 * 11 * 64 * 3 * 3 * 32 + 1600 * 128 + 128 * 10);
@@ -78,7 +85,7 @@ double peak_rss_mib() {
 
 // Times train_on_batch on one batch, after a few untimed steps; Fill
 // fills the batch's features and labels, Compile compiles the model.
-template <class Net, class Label, class Fill, class Compile>
+template <class Net, class Policy, class Label, class Fill, class Compile>
 void train_step(benchmark::State& state, double forward_flops, Fill fill, Compile compile) {
   using features = tf::data::tensor_value<float, typename Net::input_shape_type>;
   tf::data::batch_of<batch_size, features, Label> batch;
@@ -86,7 +93,7 @@ void train_step(benchmark::State& state, double forward_flops, Fill fill, Compil
   fill(batch, rng);
   batch.valid = batch_size;
 
-  auto model = std::make_unique<tf::model<Net>>(/*seed=*/1);
+  auto model = std::make_unique<tf::model<Net, Policy>>(/*seed=*/1);
   compile(*model);
   double loss = 0;
   for (int i = 0; i < warmup_steps; ++i) loss = model->train_on_batch(batch);  // set-up and first touches
@@ -108,9 +115,10 @@ void train_step(benchmark::State& state, double forward_flops, Fill fill, Compil
   if (!(loss == loss) || loss > first_loss) state.SkipWithError("the loss did not fall on a repeated batch");
 }
 
+template <class Policy>
 void mnist_cnn_step(benchmark::State& state) {
   using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
-  train_step<mnist_cnn, label>(
+  train_step<mnist_cnn, Policy, label>(
       state, mnist_cnn_forward_flops,
       [](auto& batch, std::mt19937& rng) {
         std::uniform_real_distribution<float> pixel{0.f, 1.f};
@@ -124,9 +132,10 @@ void mnist_cnn_step(benchmark::State& state) {
       });
 }
 
+template <class Policy>
 void conv_step(benchmark::State& state) {
   using label = tf::data::tensor_value<float, one_conv::output_shape_type>;
-  train_step<one_conv, label>(
+  train_step<one_conv, Policy, label>(
       state, conv_forward_flops,
       [](auto& batch, std::mt19937& rng) {
         std::uniform_real_distribution<float> value{0.f, 1.f};
@@ -136,8 +145,13 @@ void conv_step(benchmark::State& state) {
       [](auto& model) { model.compile(tf::optimizers::sgd{.learning_rate = 1e-3}, tf::losses::mean_squared_error{}); });
 }
 
-BENCHMARK(mnist_cnn_step)->Name("cnn/mnist_cnn")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(conv_step)->Name("cnn/conv")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(mnist_cnn_step, tf::float32_policy)->Name("cnn/mnist_cnn")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(conv_step, tf::float32_policy)->Name("cnn/conv")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(mnist_cnn_step, tf::mixed_bfloat16)
+    ->Name("cnn_mixed_bfloat16/mnist_cnn")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(mnist_cnn_step, tf::mixed_float16)
+    ->Name("cnn_mixed_float16/mnist_cnn")->Unit(benchmark::kMillisecond)->UseRealTime();
+
 
 // Prints the table as usual and keeps each configuration's figures.
 class summary_reporter : public benchmark::ConsoleReporter {
@@ -151,9 +165,9 @@ class summary_reporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
     for (const auto& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      // "cnn/<config>/real_time" -> "<config>"
+      // "cnn[_<policy>]/<config>/real_time" -> "<config>"
       std::string config = run.benchmark_name();
-      if (config.rfind("cnn/", 0) == 0) config.erase(0, 4);
+      config.erase(0, config.find('/') + 1);
       config = config.substr(0, config.find('/'));
       figures f;
       f.step_ms = run.GetAdjustedRealTime();
@@ -173,11 +187,13 @@ class summary_reporter : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config = "both", min_time;
+  std::string config = "both", policy = "float32", min_time;
   std::vector<char*> args{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc)
       config = argv[++i];
+    else if (std::strcmp(argv[i], "--policy") == 0 && i + 1 < argc)
+      policy = argv[++i];
     else if (std::strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
       min_time = argv[++i];
     else
@@ -187,7 +203,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cnn_train_step: --config takes mnist_cnn, conv or both; got %s\n", config.c_str());
     return 2;
   }
-  std::string filter = "--benchmark_filter=^cnn/" + (config == "both" ? std::string("(mnist_cnn|conv)") : config) + "(/|$)";
+  if (policy != "float32" && policy != "mixed_bfloat16" && policy != "mixed_float16") {
+    std::fprintf(stderr, "cnn_train_step: --policy takes float32, mixed_bfloat16 or mixed_float16; got %s\n",
+                 policy.c_str());
+    return 2;
+  }
+  const std::string prefix = policy == "float32" ? "cnn/" : "cnn_" + policy + "/";
+  std::string filter =
+      "--benchmark_filter=^" + prefix + (config == "both" ? std::string("(mnist_cnn|conv)") : config) + "(/|$)";
   std::string time = "--benchmark_min_time=" + (min_time.empty() ? std::string("3") : min_time);
   args.push_back(filter.data());
   args.push_back(time.data());
@@ -200,9 +223,9 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   for (const auto& [name, f] : reporter.results)
     std::printf("typeflow config=%s images_per_second=%.1f step_ms=%.3f peak_rss_mib=%.0f params=%.0f "
-                "gflop_per_second=%.2f of_peak=%.3f\n",
+                "gflop_per_second=%.2f of_peak=%.3f policy=%s\n",
                 name.c_str(), f.images_per_second, f.step_ms, f.peak_rss_mib, f.params, f.gflops,
-                f.gflops / peak.float32_gflops);
+                f.gflops / peak.for_policy(policy), policy.c_str());
   benchmark::Shutdown();
   return 0;
 }

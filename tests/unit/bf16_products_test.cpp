@@ -250,3 +250,79 @@ TEST_CASE("products_16bit::emulated and the environment variable turn the native
   if (given) ::setenv("TYPEFLOW_CPU_16BIT_PRODUCTS", saved.c_str(), 1);
   else ::unsetenv("TYPEFLOW_CPU_16BIT_PRODUCTS");
 }
+
+namespace {
+// One convolution's executor on buffers of its own, native or emulated.
+template <class Net, int Batch>
+struct conv_rig {
+  using layer = typename Net::template under<tf::mixed_bfloat16>::template layer<1>;
+  using spec = typename Net::template spec<1>;
+  static constexpr std::size_t in_count = Batch * layer::input_floats_per_sample;
+  static constexpr std::size_t out_count = Batch * layer::output_floats_per_sample;
+  tf::backend::cpu::context context;
+  std::vector<float> in, out, d_in, d_out, params, grads;
+  std::vector<std::byte> workspace, scratch;
+  tf::run_state run{.training = true, .seed = 1, .step = 1};
+
+  explicit conv_rig(bool native)
+      : in(in_count), out(out_count), d_in(in_count), d_out(out_count), params(layer::params::floats),
+        grads(layer::params::floats),
+        workspace(Batch * layer::workspace_bytes_per_sample + layer::workspace_bytes_per_step + 64),
+        scratch(Batch * layer::scratch_bytes_per_sample + layer::scratch_bytes_per_step + 64) {
+    context.native_bf16 = native;
+    for (std::size_t i = 0; i < in_count; ++i) in[i] = tf::random_stream{1, 0}.uniform(i) - 0.5f;
+    for (std::size_t i = 0; i < out_count; ++i) d_out[i] = 1e-2f * (tf::random_stream{2, 0}.uniform(i) - 0.5f);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.2f * (tf::random_stream{3, 0}.uniform(i) - 0.5f);
+  }
+  // Forward, then backward; whether the bf16 primitives ran.
+  bool step() {
+    tf::layer_io<tf::cpu> io;
+    io.in = in.data();
+    io.out = out.data();
+    io.d_in = d_in.data();
+    io.d_out = d_out.data();
+    io.params = params.data();
+    io.grads = grads.data();
+    io.workspace = align(workspace);
+    io.scratch = align(scratch);
+    io.context = &context;
+    io.run = &run;
+    tf::executor<spec, layer, Batch, tf::cpu> executor(io);
+    tf::backend::cpu::scratchpad pad(executor.scratchpad_bytes());
+    executor.bind(pad.data());
+    executor.forward();
+    executor.backward();
+    return executor.native_bf16();
+  }
+  static std::byte* align(std::vector<std::byte>& v) {
+    const auto address = reinterpret_cast<std::uintptr_t>(v.data());
+    return v.data() + ((64 - address % 64) % 64);
+  }
+};
+
+template <class Net>
+void check_conv_paths() {
+  conv_rig<Net, 8> native(true), emulated(false);
+  REQUIRE(native.step());
+  REQUIRE_FALSE(emulated.step());
+  INFO(Net::template spec<1>::type_name());
+  CHECK(relative_difference(native.out, emulated.out) < 1e-2);
+  CHECK(relative_difference(native.d_in, emulated.d_in) < 1e-2);
+  CHECK(relative_difference(native.grads, emulated.grads) < 1e-2);
+  // Both paths round the output, the input gradient and the parameters' gradients to bf16.
+  for (const auto* rig : {&native, &emulated}) {
+    std::size_t outside = 0;
+    for (float v : rig->out) outside += !representable_in_bf16(v);
+    for (float v : rig->d_in) outside += !representable_in_bf16(v);
+    for (float v : rig->grads) outside += !representable_in_bf16(v);
+    CHECK(outside == 0);
+  }
+}
+}  // namespace
+
+TEST_CASE("conv2d and depthwise_conv2d: native bf16 convolutions match the emulated path") {
+  if (!native_path_on()) return;
+  check_conv_paths<tf::sequential<tf::input<9, 9, 16>, tf::conv2d<32, 3>>>();
+  check_conv_paths<tf::sequential<tf::input<9, 10, 8>, tf::conv2d<16, tf::window{3, 5}, 2, tf::padding::same>>>();
+  check_conv_paths<tf::sequential<tf::input<9, 9, 16>, tf::depthwise_conv2d<3, 1, tf::padding::same>>>();
+}

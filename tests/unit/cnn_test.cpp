@@ -88,11 +88,12 @@ TEST_CASE("batch_norm after a convolution normalises each channel over the batch
   CHECK(moved == 3);
 }
 
-TEST_CASE("a CNN trains under mixed_bfloat16: convolutions in float32, dense layers in 16 bits") {
+TEST_CASE("a CNN trains under mixed_bfloat16: convolutions and dense layers in 16 bits") {
   using net = tf::sequential<tf::input<6, 6, 2>, tf::conv2d<4, 3>, tf::relu, tf::flatten, tf::dense<16>, tf::relu,
                              tf::dense<3, tf::float32>>;
   using bound = net::under<tf::mixed_bfloat16>;
-  static_assert(std::is_same_v<bound::layer<1>::compute_dtype, tf::float32>);
+  static_assert(std::is_same_v<bound::layer<1>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<bound::layer<1>::output_dtype, tf::float32>);
   static_assert(std::is_same_v<bound::layer<4>::compute_dtype, tf::bfloat16>);
   tf::model<net, tf::mixed_bfloat16> model{3};
   model.compile(tf::optimizers::adam{.learning_rate = 1e-2}, logits_loss);

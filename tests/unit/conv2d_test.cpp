@@ -4,6 +4,7 @@
 // kernel's row padding staying zero through training.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -342,24 +343,56 @@ TEST_CASE("conv2d writes its gradients rather than adding to them") {
   }
 }
 
-TEST_CASE("conv2d computes and stores float32 under a mixed policy") {
+TEST_CASE("conv2d computes in the policy's 16 bits and stores float32 under a mixed policy") {
   // The dense before it stores float32 for it; the dense after it reads float32.
   using net = tf::sequential<tf::input<6, 7, 3>, tf::dense<4>, tf::conv2d<4, 3>, tf::relu,
                              tf::depthwise_conv2d<3, 1, tf::padding::same>, tf::flatten, tf::dense<8>,
                              tf::dense<3, tf::float32>>;
   using bf = net::under<tf::mixed_bfloat16>;
   static_assert(std::is_same_v<bf::layer<1>::output_dtype, tf::float32>);
-  static_assert(std::is_same_v<bf::layer<2>::compute_dtype, tf::float32>);
+  static_assert(std::is_same_v<bf::layer<2>::compute_dtype, tf::bfloat16>);
   static_assert(std::is_same_v<bf::layer<2>::output_dtype, tf::float32>);
+  static_assert(std::is_same_v<bf::layer<4>::compute_dtype, tf::bfloat16>);
+  static_assert(std::is_same_v<net::under<tf::mixed_float16>::layer<2>::compute_dtype, tf::float16>);
+  // A dtype option keeps one in float32, as Keras's dtype="float32" (an output layer's).
+  using head = tf::sequential<tf::input<6, 7, 3>, tf::conv2d<4, 3, 1, tf::padding::valid, tf::float32>,
+                              tf::depthwise_conv2d<3, 1, tf::padding::valid, tf::float32>>;
+  static_assert(std::is_same_v<head::under<tf::mixed_bfloat16>::layer<1>::compute_dtype, tf::float32>);
+  static_assert(std::is_same_v<head::under<tf::mixed_bfloat16>::layer<2>::compute_dtype, tf::float32>);
+  static_assert(sizeof(tf::model<head, tf::mixed_bfloat16>) > 0);  // the loss receives float32
   static_assert(std::is_same_v<bf::layer<3>::output_dtype, tf::float32> && bf::layer<3>::fused);
   static_assert(std::is_same_v<bf::layer<4>::output_dtype, tf::float32>);
   static_assert(std::is_same_v<bf::layer<6>::compute_dtype, tf::bfloat16>);
-  tf::model<net, tf::mixed_bfloat16> model{2};
-  model.compile(tf::optimizers::adam{.learning_rate = 1e-2f}, logits_loss);
   const auto batch = image_batch();
-  const double first = model.train_on_batch(batch);
+  // Both ways to 16-bit products (bf16 primitives where the CPU has them,
+  // else the same as emulated) write gradients bfloat16 holds.
+  for (auto choice : {tf::backend::cpu::products_16bit::automatic, tf::backend::cpu::products_16bit::emulated}) {
+    tf::backend::cpu::set_products_16bit(choice);
+    tf::model<net, tf::mixed_bfloat16> model{2};
+    model.compile(tf::optimizers::adam{.learning_rate = 1e-2f}, logits_loss);
+    const double first = model.train_on_batch(batch);
+    for (const char* name : {"layers.2.kernel", "layers.2.bias", "layers.4.depthwise_kernel", "layers.4.bias"}) {
+      INFO(name);
+      std::size_t nonzero = 0, outside = 0;
+      for (float g : model.gradient(name)) {
+        nonzero += g != 0.f;
+        outside += (std::bit_cast<std::uint32_t>(g) & 0xffffu) != 0;
+      }
+      CHECK(outside == 0);
+      CHECK(nonzero > 0);
+    }
+    double last = first;
+    for (int step = 0; step < 20; ++step) last = model.train_on_batch(batch);
+    CHECK(std::isfinite(last));
+    CHECK(last < first);
+  }
+  tf::backend::cpu::set_products_16bit(tf::backend::cpu::products_16bit::automatic);
+  // float16 is emulated everywhere, under loss scaling.
+  tf::model<net, tf::mixed_float16> half{2};
+  half.compile(tf::optimizers::adam{.learning_rate = 1e-2f}, logits_loss);
+  const double first = half.train_on_batch(batch);
   double last = first;
-  for (int step = 0; step < 20; ++step) last = model.train_on_batch(batch);
+  for (int step = 0; step < 20; ++step) last = half.train_on_batch(batch);
   CHECK(std::isfinite(last));
   CHECK(last < first);
 }

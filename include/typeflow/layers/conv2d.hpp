@@ -24,7 +24,9 @@
 //
 // Options: dilation<window> (Keras's dilation_rate, 1 by default),
 // use_bias<bool> (true by default), kernel_initializer<I>,
-// bias_initializer<I>, kernel_regularizer<R>, bias_regularizer<R>, and for
+// bias_initializer<I>, kernel_regularizer<R>, bias_regularizer<R>, a dtype
+// (float32, float16, bfloat16: the dtype it computes in under a mixed
+// policy, as Keras's dtype="float32" on an output layer), and for
 // depthwise_conv2d depth_multiplier<M>; the kernel options apply to its
 // depthwise_kernel (Keras's depthwise_initializer, depthwise_regularizer).
 // e.g. conv2d<64, window{3, 5}, 2, padding::same, dilation<2>, use_bias<false>>.
@@ -34,7 +36,8 @@
 // backward, as after a dense.
 //
 // The kernel is stored in Keras's layout with padded rows (see
-// padded_row_length). They compute in float32 under every precision policy.
+// padded_row_length). Under a mixed policy they compute in its compute dtype
+// (16-bit products, float32 accumulation) and read and write float32.
 // The executors: backend/cpu/conv2d.hpp (oneDNN).
 #pragma once
 
@@ -51,6 +54,7 @@
 #include "typeflow/layers/options.hpp"
 #include "typeflow/layers/window.hpp"
 #include "typeflow/model/layer.hpp"
+#include "typeflow/precision/policy.hpp"
 
 namespace typeflow {
 
@@ -177,7 +181,8 @@ inline std::string tail_text(window strides, padding p, bool options) {
 }
 
 // The facts conv2d and depthwise_conv2d share, from their geometry.
-template <class Spec, class In, class Context, class Geometry, int OutChannels, int Groups, bool WithBias>
+template <class Spec, class In, class Context, class Geometry, int OutChannels, int Groups, bool WithBias,
+          class ComputeDtype>
 struct bound_convolution : layer_defaults {
   using input_shape = In;
   using output_shape = shape<Geometry::rows.out(), Geometry::cols.out(), OutChannels>;
@@ -190,18 +195,38 @@ struct bound_convolution : layer_defaults {
                                                   static_cast<std::size_t>(Geometry::rows.kernel) *
                                                   static_cast<std::size_t>(Geometry::cols.kernel) *
                                                   static_cast<std::size_t>(Geometry::channels / Groups);
-  // The CPU's kernel in oneDNN's format: one copy kept from forward to
-  // backward, and in scratch one for backward-data (when its format differs)
-  // and one for the kernel gradient (backend/cpu/conv2d.hpp).
+  // A mixed policy's convolution computes in its compute dtype (or the
+  // layer's dtype option), as Keras's Conv2D does: a 16-bit product with
+  // float32 accumulation. Its input and output stay float32 (the layers
+  // around it, pooling and normalization, read float32).
+  using compute_dtype = ComputeDtype;
+  static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
+  // The CPU's native bf16 convolutions (chosen at run time): forward
+  // converts the input to bf16 and keeps it for backward-weights.
+  static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;
+  static constexpr std::size_t input_floats_per_sample = In::size;
+  static constexpr std::size_t output_floats_per_sample = output_shape::size;
+  // The CPU's kernel in oneDNN's format (float32, or bf16 on the native
+  // path): one copy kept from forward to backward, and in scratch one for
+  // backward-data (when its format differs) and one for the kernel gradient
+  // (backend/cpu/conv2d.hpp).
   static constexpr std::size_t weights_reserved =
       weights_bytes_bound(Groups, Geometry::channels, OutChannels, Geometry::rows.kernel, Geometry::cols.kernel);
-  static constexpr std::size_t workspace_bytes_per_step = align_up(weights_reserved);
-  static constexpr std::size_t scratch_bytes_per_step = 2 * align_up(weights_reserved);
+  static constexpr std::size_t workspace_bytes_per_sample = native_bf16_possible ? In::size * std::size_t{2} : 0;
+  static constexpr std::size_t workspace_bytes_per_step =
+      align_up(weights_reserved) + (native_bf16_possible ? arena_alignment : 0);
+  // In 16 bits, scratch also holds the input rounded (emulated) or d_out in
+  // bf16 (native), then the bias rounded.
+  static constexpr std::size_t scratch_bytes_per_sample =
+      low_precision ? std::max(In::size * sizeof(float), native_bf16_possible ? output_shape::size * std::size_t{2} : 0)
+                    : 0;
+  static constexpr std::size_t scratch_bytes_per_step =
+      2 * align_up(weights_reserved) + (low_precision ? align_up(OutChannels * sizeof(float)) + arena_alignment : 0);
 };
 
 template <class Option>
-inline constexpr bool is_conv2d_option =
-    is_known_option<Option> || option_traits<Option>::dilations == 1 || option_traits<Option>::bias_flags == 1;
+inline constexpr bool is_conv2d_option = is_known_option<Option> || is_dtype_option<Option> ||
+                                         option_traits<Option>::dilations == 1 || option_traits<Option>::bias_flags == 1;
 
 }  // namespace detail::convolution
 
@@ -224,7 +249,8 @@ struct conv2d<Filters, Kernel, Strides, Padding, Options...>::bind
     : detail::convolution::bound_convolution<
           conv2d, In, Context,
           detail::convolution::geometry<In, Kernel, Strides, Padding, detail::convolution::dilation_of<Options...>()>,
-          (Filters > 0 ? Filters : 1), 1, detail::convolution::bias_of<Options...>()> {
+          (Filters > 0 ? Filters : 1), 1, detail::convolution::bias_of<Options...>(),
+          dtype_option_t<typename Context::precision::compute, Options...>> {
   using where = layer_at<Context::position, conv2d>;
   using geometry =
       detail::convolution::geometry<In, Kernel, Strides, Padding, detail::convolution::dilation_of<Options...>()>;
@@ -243,14 +269,16 @@ struct conv2d<Filters, Kernel, Strides, Padding, Options...>::bind
                 "use a smaller kernel or padding::same");
   static_assert(layer_check<where, given<In>, (detail::convolution::is_conv2d_option<Options> && ...)>::passed,
                 "conv2d<Filters, Kernel, Strides, Padding, Options...>: each option must be dilation<>, "
-                "use_bias<>, kernel_initializer<>, bias_initializer<>, kernel_regularizer<> or bias_regularizer<>");
+                "use_bias<>, kernel_initializer<>, bias_initializer<>, kernel_regularizer<>, bias_regularizer<> "
+                "or a dtype (float32, float16, bfloat16)");
   static_assert(layer_check<where, given<In>,
                             (0 + ... + detail::convolution::option_traits<Options>::dilations) <= 1 &&
                                 (0 + ... + detail::convolution::option_traits<Options>::bias_flags) <= 1 &&
                                 option_count<kernel_initializer, Options...> <= 1 &&
                                 option_count<bias_initializer, Options...> <= 1 &&
                                 option_count<kernel_regularizer, Options...> <= 1 &&
-                                option_count<bias_regularizer, Options...> <= 1>::passed,
+                                option_count<bias_regularizer, Options...> <= 1 &&
+                                dtype_option_count<Options...> <= 1>::passed,
                 "conv2d<Filters, Kernel, Strides, Padding, Options...>: each kind of option may be given once");
   static_assert(layer_check<where, given<In, typename Context::precision::input>,
                             !std::is_same_v<typename Context::precision::input, int32>>::passed,
@@ -293,7 +321,8 @@ struct depthwise_conv2d<Kernel, Strides, Padding, Options...>::bind
           depthwise_conv2d, In, Context,
           detail::convolution::geometry<In, Kernel, Strides, Padding, detail::convolution::dilation_of<Options...>()>,
           detail::convolution::depthwise_out_channels<In, Options...>, detail::convolution::input_dim<In>(2),
-          detail::convolution::bias_of<Options...>()> {
+          detail::convolution::bias_of<Options...>(),
+          dtype_option_t<typename Context::precision::compute, Options...>> {
   using where = layer_at<Context::position, depthwise_conv2d>;
   using geometry =
       detail::convolution::geometry<In, Kernel, Strides, Padding, detail::convolution::dilation_of<Options...>()>;
@@ -316,8 +345,8 @@ struct depthwise_conv2d<Kernel, Strides, Padding, Options...>::bind
                               detail::convolution::option_traits<Options>::multipliers == 1) &&
                              ...)>::passed,
                 "depthwise_conv2d<Kernel, Strides, Padding, Options...>: each option must be depth_multiplier<>, "
-                "dilation<>, use_bias<>, kernel_initializer<>, bias_initializer<>, kernel_regularizer<> or "
-                "bias_regularizer<>");
+                "dilation<>, use_bias<>, kernel_initializer<>, bias_initializer<>, kernel_regularizer<>, "
+                "bias_regularizer<> or a dtype (float32, float16, bfloat16)");
   static_assert(layer_check<where, given<In>,
                             (0 + ... + detail::convolution::option_traits<Options>::dilations) <= 1 &&
                                 (0 + ... + detail::convolution::option_traits<Options>::bias_flags) <= 1 &&
@@ -325,7 +354,8 @@ struct depthwise_conv2d<Kernel, Strides, Padding, Options...>::bind
                                 option_count<kernel_initializer, Options...> <= 1 &&
                                 option_count<bias_initializer, Options...> <= 1 &&
                                 option_count<kernel_regularizer, Options...> <= 1 &&
-                                option_count<bias_regularizer, Options...> <= 1>::passed,
+                                option_count<bias_regularizer, Options...> <= 1 &&
+                                dtype_option_count<Options...> <= 1>::passed,
                 "depthwise_conv2d<Kernel, Strides, Padding, Options...>: each kind of option may be given once");
   static_assert(layer_check<where, given<In, typename Context::precision::input>,
                             !std::is_same_v<typename Context::precision::input, int32>>::passed,
