@@ -4,6 +4,7 @@
 // the order of the sums; the cases skip on CPUs without native bf16.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,11 @@
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
+#include <typeflow/backend/cpu/matmul.hpp>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace tf = typeflow;
 
@@ -325,4 +331,52 @@ TEST_CASE("conv2d and depthwise_conv2d: native bf16 convolutions match the emula
   check_conv_paths<tf::sequential<tf::input<9, 9, 16>, tf::conv2d<32, 3>>>();
   check_conv_paths<tf::sequential<tf::input<9, 10, 8>, tf::conv2d<16, tf::window{3, 5}, 2, tf::padding::same>>>();
   check_conv_paths<tf::sequential<tf::input<9, 9, 16>, tf::depthwise_conv2d<3, 1, tf::padding::same>>>();
+}
+
+namespace {
+// C = A · B (+ bias, relu) with bf16 A and B, against the same sums in
+// double; B stored (k, n) or, transposed, (n, k) with padded rows.
+void check_wide_product(bool transpose_b, bool bf16_result) {
+  using bf16_t = tf::bfloat16::value_type;
+  constexpr int m = 40, n = 1040, k = 72, ldb_t = 80;  // n is no multiple of 32: the parts differ in width
+  std::vector<float> a(m * k), b(transpose_b ? n * ldb_t : k * n, 0.f), bias(n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = tf::random_stream{4, 0}.uniform(i) - 0.5f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = tf::random_stream{5, 0}.uniform(i) - 0.5f;
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * (tf::random_stream{6, 0}.uniform(i) - 0.5f);
+  std::vector<bf16_t> a16(a.size()), b16(b.size());
+  tf::precision::from_float<tf::bfloat16>(a.data(), a16.data(), a.size());
+  tf::precision::from_float<tf::bfloat16>(b.data(), b16.data(), b.size());
+  tf::precision::round_in_place<tf::bfloat16>(a.data(), a.size());
+  tf::precision::round_in_place<tf::bfloat16>(b.data(), b.size());
+
+  tf::backend::cpu::context context;
+  tf::backend::cpu::matmul product(context, {m, n, k, false, transpose_b, 0, transpose_b ? ldb_t : 0}, true,
+                                   tf::epilogue::relu, false, 1.f, {true, bf16_result});
+  INFO("transpose_b " << transpose_b << ", bf16 result " << bf16_result << ", " << product.parts() << " parts, "
+                      << product.implementation());
+#ifdef _OPENMP
+  if (omp_get_max_threads() >= 2) CHECK(product.parts() >= 2);  // the case under test
+#endif
+  tf::backend::cpu::scratchpad pad(product.scratchpad_bytes());
+  std::vector<float> c(m * n, -7.f);
+  std::vector<bf16_t> c16(m * n);
+  product.bind(a16.data(), b16.data(), bias.data(), bf16_result ? static_cast<void*>(c16.data()) : c.data(), pad.data());
+  product.run();
+  if (bf16_result) tf::precision::to_float<tf::bfloat16>(c16.data(), c.data(), c.size());
+  double worst = 0;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = bias[j];
+      for (int p = 0; p < k; ++p) sum += double(a[i * k + p]) * (transpose_b ? b[j * ldb_t + p] : b[p * n + j]);
+      worst = std::max(worst, std::fabs(std::max(sum, 0.0) - c[i * n + j]));
+    }
+  CHECK(worst < (bf16_result ? 2e-2 : 1e-4));  // a bf16 result holds 8 bits: sums up to ~3 round by up to 1e-2
+}
+}  // namespace
+
+TEST_CASE("a wide bf16 product split by columns across the threads gives the whole product") {
+  if (!native_path_on()) return;
+  check_wide_product(false, false);
+  check_wide_product(true, false);
+  check_wide_product(false, true);
 }
