@@ -263,8 +263,8 @@ template <class Net, int Batch>
 struct conv_rig {
   using layer = typename Net::template under<tf::mixed_bfloat16>::template layer<1>;
   using spec = typename Net::template spec<1>;
-  static constexpr std::size_t in_count = Batch * layer::input_floats_per_sample;
-  static constexpr std::size_t out_count = Batch * layer::output_floats_per_sample;
+  static constexpr std::size_t in_count = Batch * layer::input_shape::size;
+  static constexpr std::size_t out_count = Batch * layer::output_shape::size;
   tf::backend::cpu::context context;
   std::vector<float> in, out, d_in, d_out, params, grads;
   std::vector<std::byte> workspace, scratch;

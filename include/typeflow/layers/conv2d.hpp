@@ -204,8 +204,6 @@ struct bound_convolution : layer_defaults {
   // The CPU's native bf16 convolutions (chosen at run time): forward
   // converts the input to bf16 and keeps it for backward-weights.
   static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;
-  static constexpr std::size_t input_floats_per_sample = In::size;
-  static constexpr std::size_t output_floats_per_sample = output_shape::size;
   // The CPU's kernel in oneDNN's format (float32, or bf16 on the native
   // path): one copy kept from forward to backward, and in scratch one for
   // backward-data (when its format differs) and one for the kernel gradient

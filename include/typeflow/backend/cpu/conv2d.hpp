@@ -415,8 +415,8 @@ class cpu_executor {
   }
 
  private:
-  static constexpr std::size_t input_count = static_cast<std::size_t>(Batch) * Layer::input_floats_per_sample;
-  static constexpr std::size_t output_count = static_cast<std::size_t>(Batch) * Layer::output_floats_per_sample;
+  static constexpr std::size_t input_count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
+  static constexpr std::size_t output_count = static_cast<std::size_t>(Batch) * Layer::output_shape::size;
   static constexpr std::size_t kernel_floats = std::tuple_element_t<0, typename Layer::params::tuple>::stored_floats;
 
   // Workspace: the kernel in the forward's format, then (native) the input

@@ -18,10 +18,11 @@
 // primitive run inside an OpenMP team runs on its calling thread). oneDNN
 // 2.6's bf16 brgemm shares a product between 2 threads unevenly at the
 // shapes of a training step; the parts, which it runs with gemm:jit, do
-// not wait on each other. On the 2-core AVX512-BF16 machine: GPT-2's tied
-// head gradient (50257 x 768, k 256) 46 ms whole, 25-26 ms split; its MLP's
-// weight gradient (768 x 3072, k 256) 1.79 against 1.42-1.43 ms. float32
-// products stay whole: split, they gained at some shapes and lost at others. The CUDA backend's cuBLASLt matmul plugs in behind the same
+// not wait on each other. On the 2-core AVX512-BF16 machine, oneDNN alone
+// at the shapes of the MLP 784-1024-1024-10 at batch 256: 640-760 GFLOP/s
+// whole, 770-820 split; its bf16 step went from 5.41 to 4.89 ms. float32
+// products stay whole: split, they gained at some shapes and lost at others.
+// The CUDA backend's cuBLASLt matmul plugs in behind the same
 // gemm_shape / epilogue description.
 #pragma once
 
