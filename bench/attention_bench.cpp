@@ -5,6 +5,7 @@
 //   build/bench/attention_bench [--benchmark_filter=step] [--benchmark_min_time=2]
 //
 // BM_attention_step/<config>        forward + backward; items_per_second is tokens/s
+// BM_attention_step_bfloat16/<config> the same computing in bfloat16 (mixed_bfloat16)
 // BM_attention_forward/<config>     forward alone
 // BM_attention_projections/<config> the layer's two forward matmuls alone
 //                                   (forward minus this is the per-head part)
@@ -47,15 +48,19 @@ std::unique_ptr<T, release> aligned(std::size_t count) {
   return std::unique_ptr<T, release>(p);
 }
 
-template <int Batch, int T, int D, int H>
+// Compute: the layer's compute dtype (bfloat16: mixed_bfloat16's 16-bit
+// products, native where the CPU has them).
+template <int Batch, int T, int D, int H, class Compute = tf::float32>
 struct attention_setup {
-  using layer = typename tf::causal_self_attention<H>::template bind<tf::shape<T, D>, tf::layer_context<1, void, void>>;
+  using layer = typename tf::causal_self_attention<H>::template bind<
+      tf::shape<T, D>, tf::layer_context<1, void, void, 0, void, 1, false, tf::layer_precision<Compute>>>;
   static constexpr std::size_t size = std::size_t{Batch} * T * D;
   tf::backend::cpu::context context;
   std::unique_ptr<float, release> in = aligned<float>(size), out = aligned<float>(size), d_out = aligned<float>(size),
                                   d_in = aligned<float>(size), params = aligned<float>(layer::params::floats),
                                   grads = aligned<float>(layer::params::floats);
-  std::unique_ptr<std::byte, release> workspace = aligned(Batch * layer::workspace_bytes_per_sample),
+  std::unique_ptr<std::byte, release> workspace =
+                                          aligned(Batch * layer::workspace_bytes_per_sample + layer::workspace_bytes_per_step),
                                       scratch = aligned(Batch * layer::scratch_bytes_per_sample + layer::scratch_bytes_per_step);
   tf::run_state run{.training = true, .seed = 1, .step = 1};
   tf::executor<tf::causal_self_attention<H>, layer, Batch, tf::cpu> executor;
@@ -96,9 +101,9 @@ void report(benchmark::State& state) {
       3.0 * static_cast<double>(layer::flops_per_sample) * state.iterations() * Batch / 1e9, benchmark::Counter::kIsRate);
 }
 
-template <int Batch, int T, int D, int H>
+template <int Batch, int T, int D, int H, class Compute = tf::float32>
 void BM_attention_step(benchmark::State& state) {
-  auto setup = std::make_unique<attention_setup<Batch, T, D, H>>();
+  auto setup = std::make_unique<attention_setup<Batch, T, D, H, Compute>>();
   for (int i = 0; i < 2; ++i) {
     setup->executor.forward();
     setup->executor.backward();
@@ -110,6 +115,12 @@ void BM_attention_step(benchmark::State& state) {
   }
   report<Batch, T, D, H>(state);
   state.SetLabel(setup->executor.implementations());
+}
+
+// The same under mixed_bfloat16: projections and per-head products in bf16.
+template <int Batch, int T, int D, int H>
+void BM_attention_step_bfloat16(benchmark::State& state) {
+  BM_attention_step<Batch, T, D, H, tf::bfloat16>(state);
 }
 
 template <int Batch, int T, int D, int H>
@@ -191,6 +202,7 @@ void BM_onednn_batched_heads(benchmark::State& state) {
   BENCHMARK_TEMPLATE(name, 64, 256, 384, 6)->Name(#name "/gpt")->Unit(benchmark::kMillisecond)
 
 TYPEFLOW_ATTENTION_BENCH(BM_attention_step);
+TYPEFLOW_ATTENTION_BENCH(BM_attention_step_bfloat16);
 TYPEFLOW_ATTENTION_BENCH(BM_attention_forward);
 TYPEFLOW_ATTENTION_BENCH(BM_attention_projections);
 TYPEFLOW_ATTENTION_BENCH(BM_onednn_batched_heads);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
+#include <typeflow/backend/cpu/attention.hpp>
 #include <typeflow/backend/cpu/matmul.hpp>
 
 #ifdef _OPENMP
@@ -259,8 +260,9 @@ TEST_CASE("products_16bit::emulated and the environment variable turn the native
 
 namespace {
 // One convolution's executor on buffers of its own, native or emulated.
+// Layer 1 of Net under mixed_bfloat16, its executor driven on buffers of its own.
 template <class Net, int Batch>
-struct conv_rig {
+struct layer_rig {
   using layer = typename Net::template under<tf::mixed_bfloat16>::template layer<1>;
   using spec = typename Net::template spec<1>;
   static constexpr std::size_t in_count = Batch * layer::input_shape::size;
@@ -270,7 +272,7 @@ struct conv_rig {
   std::vector<std::byte> workspace, scratch;
   tf::run_state run{.training = true, .seed = 1, .step = 1};
 
-  explicit conv_rig(bool native)
+  explicit layer_rig(bool native, float weight_scale = 0.2f)
       : in(in_count), out(out_count), d_in(in_count), d_out(out_count), params(layer::params::floats),
         grads(layer::params::floats),
         workspace(Batch * layer::workspace_bytes_per_sample + layer::workspace_bytes_per_step + 64),
@@ -278,9 +280,11 @@ struct conv_rig {
     context.native_bf16 = native;
     for (std::size_t i = 0; i < in_count; ++i) in[i] = tf::random_stream{1, 0}.uniform(i) - 0.5f;
     for (std::size_t i = 0; i < out_count; ++i) d_out[i] = 1e-2f * (tf::random_stream{2, 0}.uniform(i) - 0.5f);
-    for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.2f * (tf::random_stream{3, 0}.uniform(i) - 0.5f);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i] = weight_scale * (tf::random_stream{3, 0}.uniform(i) - 0.5f);
   }
-  // Forward, then backward; whether the bf16 primitives ran.
+  // Forward, then backward; whether the bf16 primitives (or, for attention,
+  // the bf16 per-head kernels) ran.
   bool step() {
     tf::layer_io<tf::cpu> io;
     io.in = in.data();
@@ -298,7 +302,8 @@ struct conv_rig {
     executor.bind(pad.data());
     executor.forward();
     executor.backward();
-    return executor.native_bf16();
+    if constexpr (requires { executor.native_heads(); }) return executor.native_heads();
+    else return executor.native_bf16();
   }
   static std::byte* align(std::vector<std::byte>& v) {
     const auto address = reinterpret_cast<std::uintptr_t>(v.data());
@@ -308,7 +313,7 @@ struct conv_rig {
 
 template <class Net>
 void check_conv_paths() {
-  conv_rig<Net, 8> native(true), emulated(false);
+  layer_rig<Net, 8> native(true), emulated(false);
   REQUIRE(native.step());
   REQUIRE_FALSE(emulated.step());
   INFO(Net::template spec<1>::type_name());
@@ -373,6 +378,55 @@ void check_wide_product(bool transpose_b, bool bf16_result) {
   CHECK(worst < (bf16_result ? 2e-2 : 1e-4));  // a bf16 result holds 8 bits: sums up to ~3 round by up to 1e-2
 }
 }  // namespace
+
+namespace {
+// causal_self_attention's per-head products: bf16 kernels against float32
+// products of the same rounded operands. Weights large enough for peaked
+// attention.
+template <int T, int D, int Heads, int Batch, class... Options>
+void check_attention_heads() {
+  using Net = tf::sequential<tf::input<T, D>, tf::causal_self_attention<Heads, Options...>>;
+  using layer = typename layer_rig<Net, Batch>::layer;
+  layer_rig<Net, Batch> native(true, 1.5f), emulated(false, 1.5f);
+  INFO("T " << T << ", D " << D << ", heads " << Heads << ", batch " << Batch << ", dropout " << layer::with_dropout);
+  REQUIRE(native.step());
+  REQUIRE_FALSE(emulated.step());
+  const double out = relative_difference(native.out, emulated.out), d_in = relative_difference(native.d_in, emulated.d_in),
+               grads = relative_difference(native.grads, emulated.grads);
+  MESSAGE("native against emulated, relative: out " << out << ", d_x " << d_in << ", gradients " << grads);
+  CHECK(out < 5e-3);
+  CHECK(d_in < 5e-3);
+  CHECK(grads < 5e-3);
+  // Both paths keep P as bf16 values (the operand of P v), and it is no
+  // uniform average.
+  for (auto* rig : {&native, &emulated}) {
+    const auto* p = reinterpret_cast<const float*>(layer_rig<Net, Batch>::align(rig->workspace) + Batch * layer::qkv_bytes);
+    std::size_t outside = 0, count = 0;
+    float largest = 0.f;
+    for (int pair = 0; pair < Batch * Heads; ++pair)
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j <= i; ++j) {
+          const float v = p[(static_cast<std::size_t>(pair) * T + i) * layer::score_stride + j];
+          outside += !representable_in_bf16(v);
+          largest = std::max(largest, v * (i + 1));
+          ++count;
+        }
+    CHECK(outside == 0);
+    CHECK(largest > 2.f);  // some weight is twice the row's mean
+  }
+}
+}  // namespace
+
+TEST_CASE("causal_self_attention: bf16 per-head products match float32 products of the rounded operands") {
+  if (!native_path_on()) return;
+  if (!tf::detail::attention_kernels::bf16_kernels) {
+    MESSAGE("skipped: this build has no AVX512-BF16 per-head kernels (compiled without -mavx512bf16)");
+    return;
+  }
+  check_attention_heads<37, 80, 2, 3>();  // T odd, one row block of 1, hd 40: panels of 32 and 8; parallel heads
+  check_attention_heads<13, 30, 2, 2>();  // hd 15: an odd pair
+  check_attention_heads<20, 48, 3, 2, tf::attention_dropout<0.2f>>();
+}
 
 TEST_CASE("a wide bf16 product split by columns across the threads gives the whole product") {
   if (!native_path_on()) return;

@@ -25,7 +25,7 @@
 // (Rank, 3D), "proj.lora_kernel_a", "proj.lora_kernel_b").
 //
 // The executors: backend/cpu/attention.hpp (oneDNN projections and
-// register-blocked per-head kernels).
+// register-blocked per-head kernels; bf16 ones in attention_bf16_kernels.hpp).
 //
 // Memory. The workspace keeps what backward reads: qkv (B, T, 3D), the
 // probabilities P (B, H, T, T) before dropout, the heads' concatenation y
@@ -34,7 +34,8 @@
 // walk down P off a handful of cache sets. The shared scratch holds d_y and
 // d_qkv (B, T, D and 3D), and per thread (at most head_slots of them) one
 // head's d_S (or, with dropout, its dropped-out P) and packed panels, which
-// stay in that core's cache from one head to the next.
+// stay in that core's cache from one head to the next (with native bf16
+// products, the same in pairs of bf16: see slot_bytes).
 //
 // Decoding (Context::decode_length > 0, In = (1, D)): each call feeds one
 // position, run_state::position, per sample. The workspace holds a key and a
@@ -179,6 +180,13 @@ struct causal_self_attention {
         8 * std::size_t{steps} * width * width + 4 * std::size_t{steps} * keys * width +
         (with_lora ? 2 * std::size_t{steps} * lora_rank * (2 * width + 4 * width) : 0);
 
+    // Under a 16-bit policy (not with lora<>, whose adapters add in float32)
+    // the layer computes in 16 bits: its products read 16-bit operands and
+    // accumulate in float32 (below).
+    using compute_dtype = std::conditional_t<with_lora, float32, typename Context::precision::compute>;
+    static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
+    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;
+
     // Row stride of P and d_S.
     static constexpr std::size_t score_stride = padded_row_length(steps);
     // The floats one head's packed panels take: the larger of a (hd x T) and
@@ -200,7 +208,24 @@ struct causal_self_attention {
     static constexpr int head_slots = 32;
     static constexpr std::size_t bias_share_bytes = align_up(sizeof(float) * 3 * width);
     static constexpr std::size_t slot_scores_floats = aligned_floats(std::size_t{steps} * score_stride);
-    static constexpr std::size_t slot_bytes = align_up(sizeof(float) * (slot_scores_floats + 4 * pack_floats));
+    // With native bf16 products (below) the per-head products take pair words
+    // (backend/cpu/attention_bf16_kernels.hpp), and a slot holds instead:
+    // P after dropout transposed, then d_S transposed (pairs(T) x T words);
+    // a row block of d_S in float32; a row block of P or d_S and one of q or
+    // d_y in pair words; four matrices packed as pair panels.
+    static constexpr int row_block = 6;  // the kernels' rows per tile
+    static constexpr std::size_t step_pairs = (std::size_t{steps} + 1) / 2;
+    static constexpr std::size_t head_pairs = (std::size_t{head_width} + 1) / 2;
+    static constexpr std::size_t pair_pack_words = aligned_floats(std::max(
+        head_pairs * align_up(steps, panel_width), step_pairs * align_up(head_width, panel_width)));
+    static constexpr std::size_t transposed_words = aligned_floats(step_pairs * steps);
+    static constexpr std::size_t native_slot_words =
+        native_bf16_possible ? transposed_words + aligned_floats(row_block * score_stride) +
+                                   aligned_floats(row_block * step_pairs) + aligned_floats(row_block * head_pairs) +
+                                   4 * pair_pack_words
+                             : 0;
+    static constexpr std::size_t slot_bytes =
+        align_up(sizeof(float) * std::max(slot_scores_floats + 4 * pack_floats, native_slot_words));
 
     // Decoding: the key and value caches, (decode_length, D) each per sample;
     // scratch for the position's qkv, y and each head's scores.
@@ -220,15 +245,17 @@ struct causal_self_attention {
 
     // Under a 16-bit policy the two projections are 16-bit products, as
     // dense's (their inputs, weights, outputs and gradients rounded, float32
-    // accumulation); the per-head products stay float32. Not with lora<>,
-    // whose adapters add in float32. After the scratch above, the CPU keeps
+    // accumulation), and so are the per-head products: q, k, v, P after
+    // dropout, d_y and d_S are rounded before they enter one, as Keras's
+    // MultiHeadAttention computes them in the compute dtype; softmax and
+    // its backward run in float32 on those values. With native bf16 products
+    // the per-head products run as vdpbf16ps on pair words (the slot above),
+    // elsewhere in float32 on the rounded values. After the scratch above, the CPU keeps
     // the rounded operands (backend/cpu/attention.hpp): per row, float32 x
     // when emulated, or bf16 d_out and d_qkv when native; per step, the
     // rounded biases, and the rounded kernels when emulated. With native bf16
     // products forward converts the kernels, x and y to bf16 in the
     // workspace, after its own (and no lora's), where backward reads them.
-    using compute_dtype = std::conditional_t<with_lora, float32, typename Context::precision::compute>;
-    static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
     static constexpr std::size_t rows_per_sample = decoding ? 1 : steps;
     static constexpr std::size_t qkv_kernel_floats =
         aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
@@ -243,7 +270,6 @@ struct causal_self_attention {
             : 0;
     static constexpr std::size_t scratch_bytes_per_sample = own_scratch_bytes_per_sample + operands_16bit_bytes_per_sample;
     static constexpr std::size_t scratch_bytes_per_step = own_scratch_bytes_per_step + weights_16bit_bytes;
-    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;  // never with lora<>
     static constexpr std::size_t kept_bf16_bytes_per_sample = native_bf16_possible ? rows_per_sample * 4 * width : 0;
     static constexpr std::size_t kept_bf16_bytes_per_step =
         native_bf16_possible ? align_up(qkv_kernel_floats * 2) + align_up(proj_kernel_floats * 2) + 3 * arena_alignment

@@ -4,6 +4,7 @@
 //                                       value, held as a float (ties to even;
 //                                       float16 overflows to infinity)
 //   round_into<Dtype>(in, out, n)       the same, from in into out, one pass
+//   round_row<Dtype>(values, n)         round_in_place on the calling thread
 //   to_float<Dtype>(stored, out, n)     Dtype storage -> float32
 //   from_float<Dtype>(values, out, n)   float32 -> Dtype storage, rounded
 //
@@ -105,6 +106,15 @@ template <class Dtype>
 void round_in_place(float* values, std::size_t n) {
   static_assert(!std::is_same_v<Dtype, float32>, "round_in_place: Dtype is float16 or bfloat16");
   round_into<Dtype>(values, values, n);
+}
+
+// round_in_place on the calling thread alone: for short rows inside a loop
+// that is already split over the threads (float32: nothing to do).
+template <class Dtype>
+void round_row(float* values, std::size_t n) noexcept {
+  if constexpr (std::is_same_v<Dtype, float16>) detail::round_to_f16(values, values, n);
+  else if constexpr (std::is_same_v<Dtype, bfloat16>) detail::round_to_bf16(values, values, n);
+  else static_assert(std::is_same_v<Dtype, float32>, "round_row: Dtype is float32, float16 or bfloat16");
 }
 
 // values[i] rounded to Dtype in place, and stored[i] the same value in Dtype's

@@ -37,6 +37,7 @@
 #include <omp.h>
 #endif
 
+#include "typeflow/backend/cpu/attention_bf16_kernels.hpp"
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/cpu/lora.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
@@ -313,8 +314,10 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   static constexpr std::size_t cache_floats = Layer::cache_floats;
   static constexpr std::size_t decode_qkv_bytes = Layer::decode_qkv_bytes;
   static constexpr std::size_t decode_concat_bytes = Layer::decode_concat_bytes;
-  static_assert(Layer::panel_width == detail::attention_kernels::panel_width,
-                "layers/attention.hpp sizes the packed panels as wide as the kernels here pack them");
+  static_assert(Layer::panel_width == detail::attention_kernels::panel_width &&
+                    Layer::panel_width == detail::attention_kernels::pair_panel_width &&
+                    Layer::row_block == detail::attention_kernels::tile_rows,
+                "layers/attention.hpp sizes the packed panels and row blocks as the kernels here use them");
   static constexpr int T = Layer::steps, D = Layer::width, H = Layer::heads, hd = Layer::head_width;
   static constexpr int rows = decoding ? Batch : Batch * T;
   static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
@@ -337,7 +340,8 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
  public:
   explicit executor(const layer_io<cpu>& io)
       : io_(io), scale(static_cast<float>(1.0 / std::sqrt(double{hd}))),
-        native_(native_possible && io.context->native_bf16) {
+        native_(native_possible && io.context->native_bf16),
+        native_heads_(native_ && detail::attention_kernels::bf16_kernels) {
     auto& ctx = *io.context;
     const backend::cpu::gemm_storage storage{native_, false};
     const auto none = epilogue::none;
@@ -374,6 +378,9 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
                      qkv_kernel_grad_.scratchpad_bytes(), qkv_input_grad_.scratchpad_bytes(),
                      qkv_adapter_.scratchpad_bytes(), proj_adapter_.scratchpad_bytes()});
   }
+
+  // Whether the per-head products run as bf16 kernels (AVX512-BF16).
+  bool native_heads() const { return native_heads_; }
 
   // The oneDNN implementations of the projections' matmuls, for reports.
   std::string implementations() const {
@@ -432,7 +439,8 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       decode_attention();
     } else {
       const bool drop = with_dropout && io_.run && io_.run->training;
-      for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
+      if (native_heads_) for_each_head([&](int pair, int slot) { head_forward_bf16(pair, slot, drop); });
+      else for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
     }
     if constexpr (low_precision) round(concat(), rows_d, kept_bf16(y_kept_at));
     proj_forward_.run();
@@ -459,7 +467,8 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       if constexpr (low_precision) round(d_concat(), rows_d);
       if constexpr (with_lora) proj_adapter_.backward();  // adds to d_y
       const bool drop = with_dropout && io_.run && io_.run->training;
-      for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      if (native_heads_) for_each_head([&](int pair, int slot) { head_backward_bf16(pair, slot, drop); });
+      else for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
       if constexpr (low_precision) round(d_qkv(), rows_3d, scratch_bf16(d_qkv_bf16_at));
       if constexpr (!with_lora) qkv_kernel_grad_.run();
       if constexpr (low_precision) round(param_gradient<params, 0>(io_), Layer::qkv_kernel_floats);
@@ -606,17 +615,84 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
     }
   }
 
+  // Rows i0 .. i0 + n - 1 of P: softmax of the scores there, rounded to
+  // the compute dtype (the operand of P v), zeros up to the band's end.
+  void softmax_rows(float* p, int i0, int n) const {
+    for (int i = i0; i < i0 + n; ++i) {
+      detail::attention_kernels::softmax_row(p + i * ldp, i + 1, scale, std::min(T, i + band));
+      if constexpr (low_precision) precision::round_row<compute_dtype>(p + i * ldp, static_cast<std::size_t>(i + 1));
+    }
+  }
+
+  // Row i of P after dropout (rounded), zeros up to the band's end.
+  void drop_row(const float* from, const std::uint8_t* keep_row, int i, float* to) const {
+#pragma omp simd
+    for (int j = 0; j <= i; ++j) to[j] = keep_row[j] ? from[j] * keep_scale : 0.f;
+    if constexpr (low_precision) precision::round_row<compute_dtype>(to, static_cast<std::size_t>(i + 1));
+    for (int j = i + 1; j < std::min(T, i + band); ++j) to[j] = 0.f;
+  }
+
+  // Rows i0 .. i0 + n - 1 of d_S from those of d_P in ds_rows (ldp apart):
+  // softmax's backward, rounded to the compute dtype (the operand of d_S k
+  // and d_S^T q).
+  void softmax_backward_rows(const float* p, int pair, int i0, int n, bool drop, float* ds_rows) const {
+    const std::uint8_t* keep = mask() + static_cast<std::ptrdiff_t>(pair) * T * T;
+    for (int i = i0; i < i0 + n; ++i) {
+      float* row = ds_rows + (i - i0) * ldp;
+      detail::attention_kernels::softmax_backward_row(
+          p + i * ldp, row, i + 1, scale, (with_dropout && drop) ? keep + static_cast<std::ptrdiff_t>(i) * T : nullptr,
+          keep_scale, std::min(T, i + band));
+      if constexpr (low_precision) precision::round_row<compute_dtype>(row, static_cast<std::size_t>(i + 1));
+    }
+  }
+
+  // Head h's columns of sample b's share of d qkv.bias, while its d_q, d_k
+  // and d_v (from dq, 3D apart) are still in cache.
+  void add_bias_share(int b, int h, const float* dq) const {
+    const std::ptrdiff_t qkv_row = 3 * D;
+    float* share = bias_shares() + static_cast<std::ptrdiff_t>(b) * qkv_row + h * hd;
+    for (int part = 0; part < 3; ++part) {
+      float* sums = share + part * D;
+      const float* column = dq + part * D;
+      for (int d = 0; d < hd; ++d) sums[d] = 0.f;
+      for (int t = 0; t < T; ++t)
+#pragma omp simd
+        for (int d = 0; d < hd; ++d) sums[d] += column[t * qkv_row + d];
+    }
+  }
+
+  // The buffers one (sample, head) pair works on: its columns of q, k, v
+  // (rows 3D apart) and of d_q, d_k, d_v (the same in d_qkv), of y and d_y
+  // (D apart), its P (ldp apart) and its dropout mask (T apart).
+  struct head_buffers {
+    int b, h;
+    const float *q, *k, *v, *dy;
+    float *dq, *dk, *dv, *p, *y;
+    std::uint8_t* keep;
+  };
+  head_buffers buffers_of(int pair) const {
+    const int b = pair / H, h = pair % H;
+    const float* q = qkv() + static_cast<std::ptrdiff_t>(b) * T * 3 * D + h * hd;
+    float* dq = d_qkv() + static_cast<std::ptrdiff_t>(b) * T * 3 * D + h * hd;
+    return {b,
+            h,
+            q,
+            q + D,
+            q + 2 * D,
+            d_concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd,
+            dq,
+            dq + D,
+            dq + 2 * D,
+            probabilities() + static_cast<std::ptrdiff_t>(pair) * head_scores,
+            concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd,
+            mask() + static_cast<std::ptrdiff_t>(pair) * T * T};
+  }
+
   // One head of one sample: scores, softmax and y, 6 query rows at a time.
   void head_forward(int pair, int slot, bool drop) const {
     using namespace detail::attention_kernels;
-    const int b = pair / H, h = pair % H;
-    const float* q = qkv() + static_cast<std::ptrdiff_t>(b) * T * 3 * D + h * hd;
-    const float* k = q + D;
-    const float* v = q + 2 * D;
-    float* p = probabilities() + static_cast<std::ptrdiff_t>(pair) * head_scores;
+    const auto [b, h, q, k, v, dy, dq, dk, dv, p, y, keep] = buffers_of(pair);
     float* dropped = slot_scores(slot);  // P after dropout
-    std::uint8_t* keep = mask() + static_cast<std::ptrdiff_t>(pair) * T * T;
-    float* y = concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd;
     float* kt_pack = slot_packs(slot);      // k^T (hd x T)
     float* v_pack = kt_pack + pack_floats;  // v (T x hd)
     pack_panels_transposed(hd, T, k, 3 * D, kt_pack);
@@ -627,17 +703,13 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       float* p_rows = p + i0 * ldp;
       tile_product(n, hd, q + static_cast<std::ptrdiff_t>(i0) * 3 * D, 3 * D, 1, kt_pack,
                    static_cast<std::ptrdiff_t>(hd) * panel_width, columns, p_rows, ldp);
-      for (int i = i0; i < i0 + n; ++i) softmax_row(p + i * ldp, i + 1, scale, std::min(T, i + band));
+      softmax_rows(p, i0, n);
       const float* a = p_rows;
       if (with_dropout && drop) {
         for (int i = i0; i < i0 + n; ++i) {
           std::uint8_t* keep_row = keep + static_cast<std::ptrdiff_t>(i) * T;
           draw_mask_row(pair, i, keep_row);
-          const float* from = p + i * ldp;
-          float* to = dropped + i * ldp;
-#pragma omp simd
-          for (int j = 0; j <= i; ++j) to[j] = keep_row[j] ? from[j] * keep_scale : 0.f;
-          for (int j = i + 1; j < std::min(T, i + band); ++j) to[j] = 0.f;
+          drop_row(p + i * ldp, keep_row, i, dropped + i * ldp);
         }
         a = dropped + i0 * ldp;
       }
@@ -650,18 +722,9 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   // d_S = softmax backward, d_q = d_S k; then d_k = d_S^T q.
   void head_backward(int pair, int slot, bool drop) const {
     using namespace detail::attention_kernels;
-    const int b = pair / H, h = pair % H;
+    const auto [b, h, q, k, v, dy, dq, dk, dv, p, y, keep] = buffers_of(pair);
     const std::ptrdiff_t qkv_row = 3 * D;
-    const float* q = qkv() + static_cast<std::ptrdiff_t>(b) * T * qkv_row + h * hd;
-    const float* k = q + D;
-    const float* v = q + 2 * D;
-    const float* dy = d_concat() + static_cast<std::ptrdiff_t>(b) * T * D + h * hd;
-    float* dq = d_qkv() + static_cast<std::ptrdiff_t>(b) * T * qkv_row + h * hd;
-    float* dk = dq + D;
-    float* dv = dq + 2 * D;
-    const float* p = probabilities() + static_cast<std::ptrdiff_t>(pair) * head_scores;
     float* ds = slot_scores(slot);
-    const std::uint8_t* keep = mask() + static_cast<std::ptrdiff_t>(pair) * T * T;
     float* vt_pack = slot_packs(slot);       // v^T (hd x T)
     float* dy_pack = vt_pack + pack_floats;  // d_y (T x hd)
     float* k_pack = dy_pack + pack_floats;   // k (T x hd)
@@ -676,14 +739,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
     // d_v rows j0.. = sum over queries i >= j0 of P'[i][j] d_y[i].
     const float* a = p;
     if (with_dropout && drop) {  // P' into d_S's place, overwritten below
-      for (int i = 0; i < T; ++i) {
-        const float* from = p + i * ldp;
-        const std::uint8_t* keep_row = keep + static_cast<std::ptrdiff_t>(i) * T;
-        float* to = ds + i * ldp;
-#pragma omp simd
-        for (int j = 0; j <= i; ++j) to[j] = keep_row[j] ? from[j] * keep_scale : 0.f;
-        for (int j = i + 1; j < std::min(T, i + band); ++j) to[j] = 0.f;
-      }
+      for (int i = 0; i < T; ++i) drop_row(p + i * ldp, keep + static_cast<std::ptrdiff_t>(i) * T, i, ds + i * ldp);
       a = ds;
     }
     for (int j0 = 0; j0 < T; j0 += tile_rows) {
@@ -696,10 +752,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       const int columns = i0 + n;
       float* ds_rows = ds + i0 * ldp;
       tile_product(n, hd, dy + static_cast<std::ptrdiff_t>(i0) * D, D, 1, vt_pack, hd_panel, columns, ds_rows, ldp);
-      for (int i = i0; i < i0 + n; ++i)
-        softmax_backward_row(p + i * ldp, ds + i * ldp, i + 1, scale,
-                             (with_dropout && drop) ? keep + static_cast<std::ptrdiff_t>(i) * T : nullptr,
-                             keep_scale, std::min(T, i + band));
+      softmax_backward_rows(p, pair, i0, n, drop, ds_rows);
       tile_product(n, columns, ds_rows, ldp, 1, k_pack, t_panel, hd, dq + i0 * qkv_row, qkv_row);
     }
     for (int j0 = 0; j0 < T; j0 += tile_rows) {
@@ -707,17 +760,132 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       tile_product(n, T - j0, ds + j0 * ldp + j0, 1, ldp, q_pack + j0 * panel_width, t_panel, hd,
                    dk + j0 * qkv_row, qkv_row);
     }
-    // This head's columns of the sample's share of d qkv.bias, while its
-    // d_q, d_k and d_v are still in cache.
-    float* share = bias_shares() + static_cast<std::ptrdiff_t>(b) * qkv_row + h * hd;
-    for (int part = 0; part < 3; ++part) {
-      float* sums = share + part * D;
-      const float* column = dq + part * D;
-      for (int d = 0; d < hd; ++d) sums[d] = 0.f;
-      for (int t = 0; t < T; ++t)
-#pragma omp simd
-        for (int d = 0; d < hd; ++d) sums[d] += column[t * qkv_row + d];
+    add_bias_share(b, h, dq);
+  }
+
+  // The native slot (layers/attention.hpp), in pair words: P' and then d_S
+  // transposed, a row block of d_S in float32, a row block of P' or d_S and
+  // one of q or d_y as pair rows, and four pair-panel packs.
+  struct pair_slot {
+    std::uint32_t* transposed;      // (pairs(T), T): word (i/2, j) = (X[i][j], X[i+1][j])
+    float* rows;                    // (6, ldp)
+    std::uint32_t* row_pairs;       // (6, pairs(T))
+    std::uint32_t* head_row_pairs;  // (6, pairs(hd))
+    std::uint32_t* packs;           // 4 x pair_pack_words
+  };
+  static constexpr int Tp = static_cast<int>(Layer::step_pairs), hp = static_cast<int>(Layer::head_pairs);
+  pair_slot native_slot(int slot) const {
+    auto* w = reinterpret_cast<std::uint32_t*>(slot_scores(slot));
+    pair_slot s{};
+    s.transposed = w;
+    w += Layer::transposed_words;
+    s.rows = reinterpret_cast<float*>(w);
+    w += aligned_floats(band * score_stride);
+    s.row_pairs = w;
+    w += aligned_floats(band * Layer::step_pairs);
+    s.head_row_pairs = w;
+    w += aligned_floats(band * Layer::head_pairs);
+    s.packs = w;
+    return s;
+  }
+
+  // head_forward with bf16 products: the same values up to the order of the sums.
+  void head_forward_bf16([[maybe_unused]] int pair, [[maybe_unused]] int slot, [[maybe_unused]] bool drop) const {
+#ifdef TYPEFLOW_ATTENTION_BF16_KERNELS
+    using namespace detail::attention_kernels;
+    const auto [b, h, q, k, v, dy, dq, dk, dv, p, y, keep] = buffers_of(pair);
+    const pair_slot s = native_slot(slot);
+    std::uint32_t* kt_pack = s.packs;                           // k^T (hd x T)
+    std::uint32_t* v_pack = s.packs + Layer::pair_pack_words;  // v (T x hd)
+    pack_panel_pairs_transposed(hd, T, k, 3 * D, kt_pack);
+    pack_panel_pairs(T, hd, v, 3 * D, v_pack);
+    for (int i0 = 0; i0 < T; i0 += tile_rows) {
+      const int n = std::min(tile_rows, T - i0);
+      const int columns = i0 + n;
+      pack_row_pairs(n, hd, q + static_cast<std::ptrdiff_t>(i0) * 3 * D, 3 * D, s.head_row_pairs, hp);
+      tile_product_bf16(n, hp, s.head_row_pairs, hp, 1, kt_pack, std::ptrdiff_t{hp} * pair_panel_width, columns,
+                        p + i0 * ldp, ldp);
+      softmax_rows(p, i0, n);
+      const float* a = p + i0 * ldp;
+      if (with_dropout && drop) {
+        for (int i = i0; i < i0 + n; ++i) {
+          std::uint8_t* keep_row = keep + static_cast<std::ptrdiff_t>(i) * T;
+          draw_mask_row(pair, i, keep_row);
+          drop_row(p + i * ldp, keep_row, i, s.rows + (i - i0) * ldp);
+        }
+        a = s.rows;
+      }
+      pack_row_pairs(n, columns, a, ldp, s.row_pairs, Tp);
+      tile_product_bf16(n, pairs(columns), s.row_pairs, Tp, 1, v_pack, std::ptrdiff_t{Tp} * pair_panel_width, hd,
+                        y + static_cast<std::ptrdiff_t>(i0) * D, D);
     }
+#endif
+  }
+
+  // head_backward with bf16 products. P' and d_S go in transposed (pair
+  // words of two rows) for d_v = P'^T d_y and d_k = d_S^T q; a tile of rows
+  // j0.. there reads word (i/2, j) for i >= j0 and j < j0 + 6 <= i + 6 only,
+  // so each pair of rows is written up to its band's end.
+  void head_backward_bf16([[maybe_unused]] int pair, [[maybe_unused]] int slot, [[maybe_unused]] bool drop) const {
+#ifdef TYPEFLOW_ATTENTION_BF16_KERNELS
+    using namespace detail::attention_kernels;
+    const auto [b, h, q, k, v, dy, dq, dk, dv, p, y, keep] = buffers_of(pair);
+    const std::ptrdiff_t qkv_row = 3 * D;
+    const pair_slot s = native_slot(slot);
+    constexpr std::ptrdiff_t pack = Layer::pair_pack_words;
+    std::uint32_t* vt_pack = s.packs;           // v^T (hd x T)
+    std::uint32_t* dy_pack = s.packs + pack;      // d_y (T x hd)
+    std::uint32_t* k_pack = s.packs + 2 * pack;   // k (T x hd)
+    std::uint32_t* q_pack = s.packs + 3 * pack;   // q (T x hd)
+    pack_panel_pairs_transposed(hd, T, v, qkv_row, vt_pack);
+    pack_panel_pairs(T, hd, dy, D, dy_pack);
+    pack_panel_pairs(T, hd, k, qkv_row, k_pack);
+    pack_panel_pairs(T, hd, q, qkv_row, q_pack);
+    const std::ptrdiff_t t_panel = std::ptrdiff_t{Tp} * pair_panel_width;
+    const std::ptrdiff_t hd_panel = std::ptrdiff_t{hp} * pair_panel_width;
+
+    // d_v = P'^T d_y.
+    for (int i = 0; i < T; i += 2) {
+      const float* r0 = p + i * ldp;
+      const float* r1 = i + 1 < T ? r0 + ldp : nullptr;
+      if (with_dropout && drop) {
+        drop_row(r0, keep + static_cast<std::ptrdiff_t>(i) * T, i, s.rows);
+        r0 = s.rows;
+        if (r1) {
+          drop_row(r1, keep + static_cast<std::ptrdiff_t>(i + 1) * T, i + 1, s.rows + ldp);
+          r1 = s.rows + ldp;
+        }
+      }
+      interleave_rows(r0, r1, std::min(T, i + band), s.transposed + static_cast<std::ptrdiff_t>(i / 2) * T);
+    }
+    for (int j0 = 0; j0 < T; j0 += tile_rows) {
+      const int n = std::min(tile_rows, T - j0);
+      tile_product_bf16(n, Tp - j0 / 2, s.transposed + static_cast<std::ptrdiff_t>(j0 / 2) * T + j0, 1, T,
+                        dy_pack + (j0 / 2) * pair_panel_width, t_panel, hd, dv + j0 * qkv_row, qkv_row);
+    }
+    // Per 6 rows: d_P = d_y v^T, d_S, d_q = d_S k, and d_S into the transposed rows.
+    for (int i0 = 0; i0 < T; i0 += tile_rows) {
+      const int n = std::min(tile_rows, T - i0);
+      const int columns = i0 + n;
+      pack_row_pairs(n, hd, dy + static_cast<std::ptrdiff_t>(i0) * D, D, s.head_row_pairs, hp);
+      tile_product_bf16(n, hp, s.head_row_pairs, hp, 1, vt_pack, hd_panel, columns, s.rows, ldp);
+      softmax_backward_rows(p, pair, i0, n, drop, s.rows);
+      pack_row_pairs(n, columns, s.rows, ldp, s.row_pairs, Tp);
+      tile_product_bf16(n, pairs(columns), s.row_pairs, Tp, 1, k_pack, t_panel, hd, dq + i0 * qkv_row, qkv_row);
+      for (int i = i0; i < i0 + n; i += 2) {
+        const float* r0 = s.rows + (i - i0) * ldp;
+        interleave_rows(r0, i + 1 < i0 + n ? r0 + ldp : nullptr, std::min(T, i + band),
+                        s.transposed + static_cast<std::ptrdiff_t>(i / 2) * T);
+      }
+    }
+    // d_k = d_S^T q.
+    for (int j0 = 0; j0 < T; j0 += tile_rows) {
+      const int n = std::min(tile_rows, T - j0);
+      tile_product_bf16(n, Tp - j0 / 2, s.transposed + static_cast<std::ptrdiff_t>(j0 / 2) * T + j0, 1, T,
+                        q_pack + (j0 / 2) * pair_panel_width, t_panel, hd, dk + j0 * qkv_row, qkv_row);
+    }
+    add_bias_share(b, h, dq);
+#endif
   }
 
   // Decoding: the position's k and v into the caches, then each head's
@@ -751,6 +919,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
         scores[j] = dot;
       }
       detail::attention_kernels::softmax_row(scores, seen, scale, seen);
+      if constexpr (low_precision) precision::round_row<compute_dtype>(scores, static_cast<std::size_t>(seen));
       float* y = y_rows + static_cast<std::ptrdiff_t>(b) * D + h * hd;
       for (int d = 0; d < hd; ++d) y[d] = 0.f;
       for (int j = 0; j < seen; ++j) {
@@ -765,6 +934,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   layer_io<cpu> io_;
   float scale;  // 1 / sqrt(hd)
   bool native_;  // the projections run as oneDNN bf16 primitives
+  bool native_heads_;  // and the per-head products as bf16 kernels
   backend::cpu::matmul qkv_forward_, proj_forward_;
   backend::cpu::matmul proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;
   backend::cpu::lora_adapter qkv_adapter_, proj_adapter_;  // with lora<> only
