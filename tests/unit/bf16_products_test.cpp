@@ -1,7 +1,7 @@
 // bfloat16 products on the CPU: oneDNN's native bf16 matmuls (AVX512-BF16,
 // AMX) against the emulated path (operands rounded, product in float32).
 // Both compute a bf16 product with float32 accumulation, so they agree up to
-// the order of the sums; the cases skip on CPUs without native bf16.
+// the order of the sums; the comparisons skip on CPUs without native bf16.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -259,8 +259,8 @@ TEST_CASE("products_16bit::emulated and the environment variable turn the native
 }
 
 namespace {
-// One convolution's executor on buffers of its own, native or emulated.
-// Layer 1 of Net under mixed_bfloat16, its executor driven on buffers of its own.
+// Layer 1 of Net under mixed_bfloat16, its executor driven on buffers of its
+// own, native or emulated.
 template <class Net, int Batch>
 struct layer_rig {
   using layer = typename Net::template under<tf::mixed_bfloat16>::template layer<1>;

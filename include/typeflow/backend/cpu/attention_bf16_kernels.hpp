@@ -42,7 +42,8 @@ constexpr int pairs(int n) { return (n + 1) / 2; }
 #ifdef TYPEFLOW_ATTENTION_BF16_KERNELS
 
 // The words of a[0..n) (contiguous floats), bf16 rounded to nearest even,
-// zero past n: pairs(n) words.
+// zero past n: pairs(n) words. vcvtneps2bf16 alone, without convert()'s
+// (core/half.hpp) care for subnormals: vdpbf16ps reads those as zero anyway.
 inline void convert_pairs(const float* a, int n, std::uint32_t* out) {
   int i = 0;
   for (; i + 32 <= n; i += 32)
