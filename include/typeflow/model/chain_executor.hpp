@@ -142,6 +142,7 @@ class chain_executor {
     io.grads = io_.grads + param_offset;
     if (io_.frozen_params) io.frozen_params = io_.frozen_params + frozen_offset;
     io.workspace = kept_ + workspace_offset[I];
+    io.workspace_persists = Kept && io_.workspace_persists;  // recompute: the children's live in scratch
     io.scratch = transient_ + 3 * gradient_bytes;
     return io;
   }

@@ -233,6 +233,7 @@ struct layer_io {
   float* grads = nullptr;       // their gradients, laid out alike
   float* frozen_params = nullptr;  // its frozen tensors (frozen_param), when it has any
   std::byte* workspace = nullptr;  // per-layer bytes kept from forward to backward
+  bool workspace_persists = false;  // and from one step to the next (not inside recompute<...>)
   std::byte* scratch = nullptr;    // bytes valid only during one forward() or backward() call,
                                    // shared by every layer (see scratch_bytes_per_sample)
   // tied_logits: the embedding matrix it reuses, and that matrix's gradient.

@@ -9,7 +9,9 @@
 //   2. one loop per stretch of the region with one clipping factor and one
 //      decay (a tensor, a run of tensors alike, or the padding between),
 //      all inside one OpenMP team; the clipping kind, the decay and the
-//      rule's own options are compile-time in each loop, so g++ vectorises it.
+//      rule's own options are compile-time in each loop, so g++ vectorises it;
+//      a tensor whose bf16 copy the caller keeps (tensor_copies) is updated
+//      block by block, each block converted into the copy while in L1.
 //
 // The rule runs over the whole parameter region as one flat array: padding
 // and statistics have zero gradients, and each rule leaves a weight with a
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/half.hpp"
 #include "typeflow/model/layer.hpp"
 #include "typeflow/optimizers/element.hpp"
 #include "typeflow/schedules/schedules.hpp"
@@ -71,6 +74,11 @@ struct update_arguments {
   // and sets *non_finite to 1 (else 0). Fused so that the check costs one
   // more read of data the update reads next, not a pass of its own.
   int* non_finite = nullptr;
+  // When set, parallel to `tensors`: the bf16 copy of each tensor that the
+  // pass writes as it updates it (nullptr: none), e.g. the copies native
+  // bf16 products read (precision/weight_copies.hpp). Only weights written
+  // here are in registers: writing the copy costs a store, not a read.
+  bf16* const* tensor_copies = nullptr;
 };
 
 // The fields Keras gives every optimizer. Each optimizer struct repeats them
@@ -116,8 +124,9 @@ struct update_segment {
   clip_kind clip = clip_kind::none;
   float clip_factor = 1.f;
   bool decays = false;
+  bf16* copy = nullptr;  // a tensor's bf16 copy (of element `begin`), written as it is updated
   bool same_kind(const update_segment& o) const {
-    return clip == o.clip && clip_factor == o.clip_factor && decays == o.decays;
+    return clip == o.clip && clip_factor == o.clip_factor && decays == o.decays && !copy && !o.copy;
   }
 };
 
@@ -131,6 +140,7 @@ struct segment_plan {
   float global_factor = 1.f;  // global_clipnorm's factor (1: no clip)
   bool decaying = false;      // weight_decay != 0
   decay_scope scope = decay_scope::all;
+  bf16* const* copies = nullptr;  // update_arguments::tensor_copies
 };
 
 // f(segment) over [0, floats) in order, adjacent stretches alike merged.
@@ -166,6 +176,7 @@ void for_each_segment(const segment_plan& p, F&& f) {
     if (p.clip.kind == clip_kind::norm && t.kind != param_kind::statistic && p.tensor_factors[index] != 1.f)
       s.clip = clip_kind::norm, s.clip_factor = p.tensor_factors[index];
     s.decays = p.decaying && decays(p.scope, t.kind);
+    if (p.copies) s.copy = p.copies[index];
     add(s);
     covered = end;
   }
@@ -188,15 +199,36 @@ inline void update_one(std::ptrdiff_t i, float* w, const float* g, const Rule& r
   ((slot[i] = s[k++]), ...);
 }
 
+// Elements per block of a segment with a bf16 copy: a block's weights are
+// converted right after their update, while they are in L1 (with g and the
+// slots, 16 KiB for adam).
+inline constexpr std::ptrdiff_t copy_block = 1024;
+
 // One segment's elements, inside the team: clip, decay, rule, with the
 // clipping kind, the decay and the rule's options compile-time. Everything
 // the loop reads comes as values (registers), as parallel_for's copies.
+// With a copy, the segment's weights in bf16 to it as well, by convert(),
+// which gives the bits precision::from_float gives.
 template <class Rule, class Kind, class Decays, class... Slots>
-void update_loop(float* const w, const float* const g, std::ptrdiff_t begin, std::ptrdiff_t end, const Rule rule,
-                 Kind clip, float clip_limit, float clip_factor, Decays decays, float decay_factor, Slots* const... slot) {
+void update_loop(float* const w, const float* const g, std::ptrdiff_t begin, std::ptrdiff_t end, bf16* const copy,
+                 const Rule rule, Kind clip, float clip_limit, float clip_factor, Decays decays, float decay_factor,
+                 Slots* const... slot) {
+  if (!copy) {
 #pragma omp for simd schedule(static) nowait
-  for (std::ptrdiff_t i = begin; i < end; ++i)
-    update_one(i, w, g, rule, clip, clip_limit, clip_factor, decays, decay_factor, slot...);
+    for (std::ptrdiff_t i = begin; i < end; ++i)
+      update_one(i, w, g, rule, clip, clip_limit, clip_factor, decays, decay_factor, slot...);
+    return;
+  }
+  const std::ptrdiff_t blocks = (end - begin + copy_block - 1) / copy_block;
+#pragma omp for schedule(static) nowait
+  for (std::ptrdiff_t b = 0; b < blocks; ++b) {
+    const std::ptrdiff_t first = begin + b * copy_block;
+    const std::ptrdiff_t last = first + copy_block < end ? first + copy_block : end;
+#pragma omp simd
+    for (std::ptrdiff_t i = first; i < last; ++i)
+      update_one(i, w, g, rule, clip, clip_limit, clip_factor, decays, decay_factor, slot...);
+    convert(w + first, copy + (first - begin), static_cast<std::size_t>(last - first));
+  }
 }
 
 template <int Slots, class Rule>
@@ -205,11 +237,11 @@ void run_segment(const update_arguments& a, const update_segment& s, const Rule&
   auto with_decay = [&](auto kind) {
     [&]<int... K>(std::integer_sequence<int, K...>) {
       if (s.decays)
-        update_loop(a.weights, a.grads, s.begin, s.end, rule, kind, clip_limit, s.clip_factor, std::true_type{},
-                    decay_factor, a.slots[K]...);
+        update_loop(a.weights, a.grads, s.begin, s.end, s.copy, rule, kind, clip_limit, s.clip_factor,
+                    std::true_type{}, decay_factor, a.slots[K]...);
       else
-        update_loop(a.weights, a.grads, s.begin, s.end, rule, kind, clip_limit, s.clip_factor, std::false_type{},
-                    decay_factor, a.slots[K]...);
+        update_loop(a.weights, a.grads, s.begin, s.end, s.copy, rule, kind, clip_limit, s.clip_factor,
+                    std::false_type{}, decay_factor, a.slots[K]...);
     }(std::make_integer_sequence<int, Slots>{});
   };
   switch (s.clip) {
@@ -281,6 +313,7 @@ void apply_update(const O& o, const update_arguments& a) {
   plan.clip = clip_options_of(o);
   plan.decaying = o.weight_decay != 0.f;
   plan.scope = o.weight_decay_applies_to;
+  plan.copies = a.tensor_copies;
 
   // The tensors in offset order, inside the region, none overlapping.
   bool sorted = true;

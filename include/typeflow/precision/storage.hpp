@@ -29,6 +29,7 @@
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/half.hpp"
 #include "typeflow/precision/policy.hpp"
+#include "typeflow/precision/weight_copies.hpp"
 
 namespace typeflow::precision {
 
@@ -144,6 +145,15 @@ void from_float(const float* values, typename Dtype::value_type* out, std::size_
   } else {
     detail::in_chunks(n, [=](std::size_t b, std::size_t e) { convert(values + b, out + b, e - b); });
   }
+}
+
+// Copy i of a layer's bf16 weight copies made current: converted from its
+// float32 tensor, unless the weights did not change since (weight_copies.hpp).
+inline void refresh(weight_copies& copies, std::size_t i) {
+  if (!copies.stale(i)) return;
+  const weight_copy& c = copies.entries()[i];
+  from_float<bfloat16>(c.source, c.copy, c.count);
+  copies.made(i);
 }
 
 }  // namespace typeflow::precision

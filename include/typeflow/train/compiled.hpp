@@ -38,6 +38,10 @@ struct optimizer_base {
   // Whether update() honours arguments.non_finite (checks the gradients in
   // its own pass and then changes nothing); if not, the model checks them first.
   virtual bool checks_non_finite() const = 0;
+  // Whether update() writes arguments.tensor_copies, the weights' bf16 copies,
+  // as it updates them (precision/weight_copies.hpp), and changes the weights
+  // in no other way after that.
+  virtual bool writes_weight_copies() const = 0;
   // accumulate<K>: the micro-batches added since the last update (a
   // checkpoint keeps them; the accumulator is one of the slots).
   virtual int pending_micro_batches() const = 0;
@@ -82,6 +86,11 @@ struct optimizer_holder final : optimizer_base {
   bool checks_non_finite() const override {
     return optimizers::rule_optimizer<Optimizer> ||
            requires(Optimizer& o, const optimizers::update_arguments& a) { o.accumulate_and_update(a); };
+  }
+  // A rule optimizer's pass writes them (optimizers/update.hpp); an EMA that
+  // overwrites the weights afterwards would leave them stale.
+  bool writes_weight_copies() const override {
+    return optimizers::rule_optimizer<Optimizer> && !(ema.use_ema && ema.ema_overwrite_frequency);
   }
   int pending_micro_batches() const override {
     if constexpr (requires { optimizer.micro_batches; })

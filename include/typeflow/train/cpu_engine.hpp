@@ -61,6 +61,7 @@ class engine<Net, Policy, Strategy, cpu> {
       strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
     seed_ = seed;
     run_.seed = worker_seed(seed);
+    context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -73,6 +74,7 @@ class engine<Net, Policy, Strategy, cpu> {
   }
   const Strategy& strategy() const { return strategy_; }
   const arena& memory() const { return memory_; }
+  const precision::weight_copies& weight_copies() const { return context_.weight_copies; }
   std::size_t arena_bytes() const { return memory_.size(); }
 
   template <class Optimizer, class Loss>
@@ -85,6 +87,7 @@ class engine<Net, Policy, Strategy, cpu> {
   template <class Optimizer>
   void compiled(const Optimizer&) {
     program_.reset();
+    context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
     std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
   }
@@ -140,6 +143,7 @@ class engine<Net, Policy, Strategy, cpu> {
   // For writing (load_weights, parameter()): the replicas take it before the next step.
   std::span<float> writable_parameters() {
     replicas_.mark_stale();
+    context_.weight_copies.weights_changed();
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
   std::span<const float> gradients() const {
@@ -214,6 +218,7 @@ class engine<Net, Policy, Strategy, cpu> {
   step_program<Program_net, N, cpu>& program_in(int marker) {
     if (program_batch_ != marker || !program_) {
       program_.reset();
+      context_.weight_copies.clear();  // the new program's layers register theirs
       using plan = memory_plan<Program_net, N, 0>;
       memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
       context_.native_bf16 = backend::cpu::native_bf16_products();
@@ -312,13 +317,40 @@ class engine<Net, Policy, Strategy, cpu> {
     arguments.iteration = training_.iterations + 1;
     int non_finite = 0;
     if constexpr (!loss_scaling) arguments.non_finite = &non_finite;
+    const bool write_copies = training_.optimizer->writes_weight_copies() && !context_.weight_copies.entries().empty();
+    if (write_copies) arguments.tensor_copies = weight_copy_table(weights);
     const bool updated = training_.optimizer->update(arguments);
     if (non_finite) throw non_finite_gradient<Net>(grads);  // nothing was changed
     if (updated) {
       ++training_.iterations;
+      context_.weight_copies.after_update(write_copies, weights + Net::trainable_floats, weights + Net::parameter_floats);
       if constexpr (replica_count > 1) replicas_.after_update(weights);
     }
     return penalty;
+  }
+
+  // The optimizer's table of the bf16 weight copies it writes, parallel to
+  // the parameter tensors (nullptr: none), built again when a new program
+  // has registered its layers' copies. A copy qualifies when it lives from
+  // step to step and covers a whole trainable tensor (its tail, if longer,
+  // is the row padding after it, which no update changes).
+  bf16* const* weight_copy_table(const float* weights) {
+    precision::weight_copies& copies = context_.weight_copies;
+    const auto& tensors = parameter_table<Net>::tensors();
+    if (copy_table_generation_ != copies.generation() || copy_table_.size() != tensors.size()) {
+      copy_table_.assign(tensors.size(), nullptr);
+      for (precision::weight_copy& c : copies.entries()) {
+        c.optimizer_writes = false;
+        if (!c.persistent) continue;
+        for (std::size_t t = 0; t < tensors.size() && !c.optimizer_writes; ++t) {
+          if (copy_table_[t] || weights + tensors[t].offset != c.source || c.count < tensors[t].size) continue;
+          copy_table_[t] = c.copy;
+          c.optimizer_writes = true;
+        }
+      }
+      copy_table_generation_ = copies.generation();
+    }
+    return copy_table_.data();
   }
 
   // The mean loss over the program's first `valid` samples; writes
@@ -381,6 +413,8 @@ class engine<Net, Policy, Strategy, cpu> {
   precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
   std::shared_ptr<void> program_;
   int program_batch_ = 0;
+  std::vector<bf16*> copy_table_;  // weight_copy_table()'s, for copies of this generation
+  std::uint64_t copy_table_generation_ = ~std::uint64_t{0};
   cpu_replicas<Net, Strategy> replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads
 };
 

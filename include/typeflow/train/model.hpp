@@ -509,6 +509,13 @@ class model {
   {
     return engine_.memory();
   }
+  // The bf16 copies of weights its native bf16 products keep from step to
+  // step (precision/weight_copies.hpp): none without AVX512-BF16.
+  const precision::weight_copies& weight_copies() const
+    requires std::is_same_v<Device, cpu>
+  {
+    return engine_.weight_copies();
+  }
   // The GPU replica r runs on.
   int device(int r = 0) const
     requires std::is_same_v<Device, cuda>

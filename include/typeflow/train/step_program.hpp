@@ -89,6 +89,7 @@ class step_program {
     io.grads = grads_ + plan::layer_parameter_offset[I] / sizeof(float);
     if constexpr (layer::params::frozen_floats > 0) io.frozen_params = params_ + plan::layer_frozen_offset[I] / sizeof(float);
     io.workspace = base_ + plan::workspace_offset[I];
+    io.workspace_persists = true;
     io.scratch = base_ + plan::scratch_offset;
     if constexpr (layer::uses_tied_embedding) {
       constexpr std::size_t source = tied_embedding_layer();

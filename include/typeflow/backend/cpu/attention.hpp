@@ -370,6 +370,14 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       proj_adapter_ = backend::cpu::lora_adapter(ctx, {rows, D, D, r, s, row_stride<6>, row_stride<7>, 0, 0},
                                                  !decoding, true);
     }
+    if constexpr (native_possible)
+      if (native_) {  // the kernels' bf16 copies, kept from step to step too (precision/weight_copies.hpp)
+        auto& copies = ctx.weight_copies;
+        qkv_kernel_copy_ = copies.add(param_data<params, 0>(io), kept_bf16(qkv_kernel_kept_at),
+                                      Layer::qkv_kernel_floats, io.workspace_persists);
+        proj_kernel_copy_ = copies.add(param_data<params, 2>(io), kept_bf16(proj_kernel_kept_at),
+                                       Layer::proj_kernel_floats, io.workspace_persists);
+      }
   }
 
   std::size_t scratchpad_bytes() const {
@@ -541,8 +549,8 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
     const float* proj_kernel = param_data<params, 2>(io_);
     if (native_) {
       precision::from_float<bfloat16>(io_.in, kept_bf16(x_kept_at), rows_d);
-      precision::from_float<bfloat16>(qkv_kernel, kept_bf16(qkv_kernel_kept_at), Layer::qkv_kernel_floats);
-      precision::from_float<bfloat16>(proj_kernel, kept_bf16(proj_kernel_kept_at), Layer::proj_kernel_floats);
+      precision::refresh(io_.context->weight_copies, qkv_kernel_copy_);
+      precision::refresh(io_.context->weight_copies, proj_kernel_copy_);
     } else {
       precision::round_into<compute_dtype>(io_.in, reinterpret_cast<float*>(scratch_at(x_16bit_at)), rows_d);
       precision::round_into<compute_dtype>(qkv_kernel, reinterpret_cast<float*>(scratch_at(qkv_kernel_16bit_at)),
@@ -934,6 +942,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
   layer_io<cpu> io_;
   float scale;  // 1 / sqrt(hd)
   bool native_;  // the projections run as oneDNN bf16 primitives
+  std::size_t qkv_kernel_copy_ = 0, proj_kernel_copy_ = 0;  // native: their kernels' bf16 copies in the context
   bool native_heads_;  // and the per-head products as bf16 kernels
   backend::cpu::matmul qkv_forward_, proj_forward_;
   backend::cpu::matmul proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;

@@ -26,6 +26,7 @@
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/backend/device.hpp"
+#include "typeflow/precision/weight_copies.hpp"
 
 #if TYPEFLOW_HAS_ONEDNN_CPP
 #include <oneapi/dnnl/dnnl.hpp>
@@ -39,6 +40,8 @@ struct context {
   dnnl::stream stream{engine};
   // bfloat16 products as oneDNN bf16 primitives (backend/cpu/products_16bit.hpp).
   bool native_bf16 = native_bf16_products();
+  // Their layers' bf16 copies of the weights (precision/weight_copies.hpp).
+  precision::weight_copies weight_copies;
 };
 
 }  // namespace typeflow::backend::cpu
@@ -47,6 +50,7 @@ namespace typeflow::backend::cpu {
 inline bool native_bf16_products() { return false; }
 struct context {
   bool native_bf16 = false;
+  precision::weight_copies weight_copies;
 };
 }  // namespace typeflow::backend::cpu
 #endif

@@ -65,6 +65,10 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
           *io.context,
           {rows, in_features, units, Layer::lora_rank, Layer::lora_type::scale, row_stride<2>, row_stride<3>, 0, 0},
           true, io.d_in != nullptr);
+    if constexpr (native_possible)
+      if (native_)
+        kernel_copy_ = io.context->weight_copies.add(param_data<params, 0>(io), kernel_bf16(), kernel_floats,
+                                                     io.workspace_persists);
   }
 
   std::size_t scratchpad_bytes() const {
@@ -173,8 +177,9 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   }
 
   // The native bf16 path (Layer::native_bf16_possible). Workspace, kept from
-  // forward to backward: the kernel in bf16, then the input in bf16 when it
-  // arrives in float32. Scratch: d_out in bf16, then the bias rounded.
+  // forward to backward: the kernel in bf16 (kept from step to step too,
+  // precision/weight_copies.hpp), then the input in bf16 when it arrives in
+  // float32. Scratch: d_out in bf16, then the bias rounded.
   static constexpr bool native_possible = Layer::native_bf16_possible;
   static constexpr bool reads_bf16_input = std::is_same_v<input_dtype, bfloat16>;
   using bf16_t = bfloat16::value_type;
@@ -200,7 +205,7 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
     if (io_.d_in) input_grad_.bind(d_out_bf16(), kernel_bf16(), nullptr, io_.d_in, scratchpad);
   }
   void forward_native() {
-    precision::from_float<bfloat16>(param_data<params, 0>(io_), kernel_bf16(), kernel_floats);
+    precision::refresh(io_.context->weight_copies, kernel_copy_);  // the kernel in bf16, kept from the last step
     if constexpr (!reads_bf16_input)
       precision::from_float<bfloat16>(io_.in, const_cast<bf16_t*>(input_bf16()), input_count);
     precision::round_into<bfloat16>(param_data<params, 1>(io_), bias_rounded(), bias_floats);
@@ -224,6 +229,7 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
 
   layer_io<cpu> io_;
   bool native_;  // bf16 products run as oneDNN bf16 primitives
+  std::size_t kernel_copy_ = 0;  // native: the kernel's bf16 copy among the context's weight copies
   backend::cpu::matmul forward_, kernel_grad_, input_grad_;
   backend::cpu::lora_adapter adapter_;  // with lora<> only
 };

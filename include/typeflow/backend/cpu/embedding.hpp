@@ -149,6 +149,9 @@ class executor<tied_logits, Layer, Batch, cpu> {
     // d_x (rows, D) = d_logits (rows, V) · E (V, D)
     input_grad_ = backend::cpu::matmul(*io.context, {rows, dim, vocab, false, false, 0, stride}, false,
                                        epilogue::none, false, 1.f, storage);
+    if (native_)  // the matrix's bf16 copy, kept from step to step too (precision/weight_copies.hpp)
+      table_copy_ = io.context->weight_copies.add(io.tied_params, kept_at<bf16_t>(0), Layer::table_floats,
+                                                  io.workspace_persists);
   }
 
   std::size_t scratchpad_bytes() const {
@@ -221,7 +224,7 @@ class executor<tied_logits, Layer, Batch, cpu> {
   void round_operands() {
     if (native_) {
       precision::from_float<bfloat16>(io_.in, kept_at<bf16_t>(native_input_offset), input_count);
-      precision::from_float<bfloat16>(io_.tied_params, kept_at<bf16_t>(0), Layer::table_floats);
+      precision::refresh(io_.context->weight_copies, table_copy_);
     } else {
       precision::round_into<compute_dtype>(io_.in, scratch_at<float>(0), input_count);
       precision::round_into<compute_dtype>(io_.tied_params, scratch_at<float>(emulated_table_offset),
@@ -231,6 +234,7 @@ class executor<tied_logits, Layer, Batch, cpu> {
 
   layer_io<cpu> io_;
   bool native_;  // bf16 products run as oneDNN bf16 primitives
+  std::size_t table_copy_ = 0;  // native: the matrix's bf16 copy in the context
   backend::cpu::matmul forward_, table_grad_, input_grad_;
 };
 
