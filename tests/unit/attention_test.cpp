@@ -549,3 +549,62 @@ TEST_CASE("causal_self_attention trains inside a model, with parameters named by
   const auto g = model.gradient("layers.1.qkv.kernel");
   CHECK(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.f; }));
 }
+
+// The per-head product kernel alone (backend/cpu/attention.hpp's
+// tile_product: AVX-512, two panels at a time, where the build has it; AVX2
+// otherwise), against the same sums written out: each element is a chain of
+// fused multiply-adds over p in order, so with FMA the two agree bit for bit.
+// Every row count of a block, widths that end inside a first or a second
+// panel, A read row-major and transposed, B packed from rows and from a
+// transpose, and a product that starts further down the panels. Entries of C
+// past the n columns must be left as they were.
+TEST_CASE("the per-head product kernel equals fused multiply-adds in order, whatever the rows and widths") {
+  using namespace tf::detail::attention_kernels;
+  for (const int k : {1, 7, 64})
+    for (const int n : {1, 5, 16, 17, 31, 32, 33, 40, 64})
+      for (int rows = 1; rows <= tile_rows; ++rows)
+        for (const bool a_transposed : {false, true})
+          for (const bool b_transposed : {false, true})
+            for (const int skip : {0, 3}) {  // rows of B's panels before the product's
+              CAPTURE(k);
+              CAPTURE(n);
+              CAPTURE(rows);
+              CAPTURE(a_transposed);
+              CAPTURE(b_transposed);
+              CAPTURE(skip);
+              const int kb = k + skip;  // the packed matrix's rows
+              // A (rows x k): element (r, p) at a[r * a_row + p * a_col].
+              const std::ptrdiff_t a_row = a_transposed ? 1 : k + 2, a_col = a_transposed ? rows + 3 : 1;
+              std::vector<float> a(static_cast<std::size_t>((rows + 3) * (k + 2)));
+              for (std::size_t i = 0; i < a.size(); ++i) a[i] = wobble(i, 60);
+              // B (kb x n), stored row-major or as its transpose, then packed.
+              std::vector<float> b(static_cast<std::size_t>(kb * n));
+              for (std::size_t i = 0; i < b.size(); ++i) b[i] = wobble(i, 61);
+              const auto b_at = [&](int p, int j) { return b_transposed ? b[j * kb + p] : b[p * n + j]; };
+              const int panels = (n + panel_width - 1) / panel_width;
+              std::vector<float> packed(static_cast<std::size_t>(panels * kb * panel_width));
+              if (b_transposed)
+                pack_panels_transposed(kb, n, b.data(), kb, packed.data());
+              else
+                pack_panels(kb, n, b.data(), n, packed.data());
+              const std::ptrdiff_t ldc = n + 5;
+              std::vector<float> c(static_cast<std::size_t>(rows * ldc), untouched);
+              tile_product(rows, k, a.data(), a_row, a_col, packed.data() + skip * panel_width,
+                           static_cast<std::ptrdiff_t>(kb) * panel_width, n, c.data(), ldc);
+              bool same = true, kept = true;
+              for (int r = 0; r < rows; ++r) {
+                for (int j = 0; j < n; ++j) {
+                  float sum = 0.f;
+                  for (int p = 0; p < k; ++p) sum = std::fma(a[r * a_row + p * a_col], b_at(skip + p, j), sum);
+#if defined(__FMA__) || defined(__AVX512F__)
+                  same = same && c[r * ldc + j] == sum;
+#else
+                  same = same && std::abs(c[r * ldc + j] - sum) <= 1e-5f * k;
+#endif
+                }
+                for (int j = n; j < ldc; ++j) kept = kept && c[r * ldc + j] == untouched;
+              }
+              CHECK(same);
+              CHECK(kept);
+            }
+}

@@ -4,8 +4,8 @@
 // products under a 16-bit policy: bf16 primitives where the CPU has them). The
 // per-head products run in a loop over (sample, head) split over the cores,
 // each head on its own: its k and v are packed into panels of 16 columns, and
-// its rows go through the products 6 at a time with a register-blocked AVX2
-// kernel (6 x 16 accumulators), so that a row block of scores is softmaxed and
+// its rows go through the products 6 at a time with a register-blocked kernel
+// (AVX2: 6 x 16 columns; AVX-512: 6 x 32, two panels at once), so that a row block of scores is softmaxed and
 // multiplied by v while it is still in L1, and the masked upper triangle is
 // skipped (no product reads or computes it). The alternative, batched oneDNN
 // matmuls over strided (B, H, T, hd) views of qkv (gemm:jit, the only
@@ -30,7 +30,7 @@
 #include <string>
 #include <tuple>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #ifdef _OPENMP
@@ -177,12 +177,72 @@ inline void tile(int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_c
 #endif
 }
 
+#ifdef __AVX512F__
+// tile's AVX-512 form: C (MR x cols) over Panels adjacent panels (16 Panels
+// columns, cols <= that many stored), one zmm per row and panel. Two panels
+// give 12 accumulators, as many as the AVX2 tile's, at twice its width; each
+// element's sum runs over p in the same order, so the results are the AVX2
+// tile's bit for bit.
+template <int MR, int Panels>
+inline void tile_avx512(int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col, const float* panel,
+                        std::ptrdiff_t panel_stride, float* c, std::ptrdiff_t ldc, int cols) {
+  __m512 acc[MR][Panels];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < Panels; ++q) acc[r][q] = _mm512_setzero_ps();
+  for (int p = 0; p < k; ++p) {
+    __m512 b[Panels];
+    for (int q = 0; q < Panels; ++q) b[q] = _mm512_loadu_ps(panel + q * panel_stride);
+    panel += panel_width;
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * a_row]);
+      for (int q = 0; q < Panels; ++q) acc[r][q] = _mm512_fmadd_ps(x, b[q], acc[r][q]);
+    }
+    a += a_col;
+  }
+  __mmask16 mask[Panels];
+  for (int q = 0; q < Panels; ++q) {
+    const int w = cols - panel_width * q;
+    mask[q] = static_cast<__mmask16>(w >= panel_width ? 0xFFFF : w > 0 ? (1u << w) - 1 : 0);
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < Panels; ++q) _mm512_mask_storeu_ps(c + r * ldc + panel_width * q, mask[q], acc[r][q]);
+}
+
+template <int Panels>
+inline void tile_avx512_rows(int rows, int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col,
+                             const float* panel, std::ptrdiff_t panel_stride, float* c, std::ptrdiff_t ldc, int cols) {
+  switch (rows) {
+    case 6: tile_avx512<6, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    case 5: tile_avx512<5, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    case 4: tile_avx512<4, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    case 3: tile_avx512<3, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    case 2: tile_avx512<2, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    case 1: tile_avx512<1, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
+    default: break;
+  }
+}
+#endif
+
 // C (rows x n) = A (rows x k) · B (k x n), rows <= 6, with B packed by
 // pack_panels; panel_stride is the floats from one panel to the next (the
 // packed matrix's k times 16, which may exceed this product's k when it
 // starts further down the panels).
 inline void tile_product(int rows, int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col,
                          const float* panels, std::ptrdiff_t panel_stride, int n, float* c, std::ptrdiff_t ldc) {
+#ifdef __AVX512F__
+  // Two panels at a time where the CPU has AVX-512 (the build's -march).
+  for (int c0 = 0; c0 < n; c0 += 2 * panel_width) {
+    const float* panel = panels + (c0 / panel_width) * panel_stride;
+    const int cols = std::min(2 * panel_width, n - c0);
+    if (cols > panel_width)
+      tile_avx512_rows<2>(rows, k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+    else
+      tile_avx512_rows<1>(rows, k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+  }
+#else
   for (int c0 = 0; c0 < n; c0 += panel_width) {
     const float* panel = panels + (c0 / panel_width) * panel_stride;
     const int cols = std::min(panel_width, n - c0);
@@ -196,6 +256,7 @@ inline void tile_product(int rows, int k, const float* a, std::ptrdiff_t a_row, 
       default: break;
     }
   }
+#endif
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
