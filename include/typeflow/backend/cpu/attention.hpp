@@ -210,20 +210,6 @@ inline void tile_avx512(int k, const float* a, std::ptrdiff_t a_row, std::ptrdif
   for (int r = 0; r < MR; ++r)
     for (int q = 0; q < Panels; ++q) _mm512_mask_storeu_ps(c + r * ldc + panel_width * q, mask[q], acc[r][q]);
 }
-
-template <int Panels>
-inline void tile_avx512_rows(int rows, int k, const float* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col,
-                             const float* panel, std::ptrdiff_t panel_stride, float* c, std::ptrdiff_t ldc, int cols) {
-  switch (rows) {
-    case 6: tile_avx512<6, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 5: tile_avx512<5, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 4: tile_avx512<4, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 3: tile_avx512<3, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 2: tile_avx512<2, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 1: tile_avx512<1, Panels>(k, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    default: break;
-  }
-}
 #endif
 
 // C (rows x n) = A (rows x k) · B (k x n), rows <= 6, with B packed by
@@ -237,24 +223,18 @@ inline void tile_product(int rows, int k, const float* a, std::ptrdiff_t a_row, 
   for (int c0 = 0; c0 < n; c0 += 2 * panel_width) {
     const float* panel = panels + (c0 / panel_width) * panel_stride;
     const int cols = std::min(2 * panel_width, n - c0);
-    if (cols > panel_width)
-      tile_avx512_rows<2>(rows, k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
-    else
-      tile_avx512_rows<1>(rows, k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+    with_rows(rows, [&](auto mr) {
+      if (cols > panel_width)
+        tile_avx512<decltype(mr)::value, 2>(k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+      else
+        tile_avx512<decltype(mr)::value, 1>(k, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+    });
   }
 #else
   for (int c0 = 0; c0 < n; c0 += panel_width) {
     const float* panel = panels + (c0 / panel_width) * panel_stride;
     const int cols = std::min(panel_width, n - c0);
-    switch (rows) {
-      case 6: tile<6>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      case 5: tile<5>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      case 4: tile<4>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      case 3: tile<3>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      case 2: tile<2>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      case 1: tile<1>(k, a, a_row, a_col, panel, c + c0, ldc, cols); break;
-      default: break;
-    }
+    with_rows(rows, [&](auto mr) { tile<decltype(mr)::value>(k, a, a_row, a_col, panel, c + c0, ldc, cols); });
   }
 #endif
 }

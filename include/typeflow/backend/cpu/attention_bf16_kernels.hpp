@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -38,6 +39,23 @@ inline constexpr int pair_panel_width = 16;  // pair words per panel row: one zm
 
 // The pair words n values take.
 constexpr int pairs(int n) { return (n + 1) / 2; }
+
+// f(std::integral_constant<int, R>{}) for rows == R, 1 <= R <= 6 (a row
+// block, tile_rows): the kernels here and in attention.hpp take the row
+// count as a template parameter, so that their accumulators stay in
+// registers.
+template <class F>
+inline void with_rows(int rows, F&& f) {
+  switch (rows) {
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    default: break;
+  }
+}
 
 #ifdef TYPEFLOW_ATTENTION_BF16_KERNELS
 
@@ -184,21 +202,6 @@ inline void tile_bf16(int k_pairs, const std::uint32_t* a, std::ptrdiff_t a_row,
     for (int q = 0; q < Panels; ++q) _mm512_mask_storeu_ps(c + r * ldc + 16 * q, mask[q], acc[r][q]);
 }
 
-template <int Panels>
-inline void tile_bf16_rows(int rows, int k_pairs, const std::uint32_t* a, std::ptrdiff_t a_row, std::ptrdiff_t a_col,
-                           const std::uint32_t* panel, std::ptrdiff_t panel_stride, float* c, std::ptrdiff_t ldc,
-                           int cols) {
-  switch (rows) {
-    case 6: tile_bf16<6, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 5: tile_bf16<5, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 4: tile_bf16<4, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 3: tile_bf16<3, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 2: tile_bf16<2, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    case 1: tile_bf16<1, Panels>(k_pairs, a, a_row, a_col, panel, panel_stride, c, ldc, cols); break;
-    default: break;
-  }
-}
-
 // C (rows x n) = A (rows x 2 k_pairs) · B, rows <= 6, B packed in panels
 // panel_stride words apart, two panels (12 accumulators) at a time.
 inline void tile_product_bf16(int rows, int k_pairs, const std::uint32_t* a, std::ptrdiff_t a_row,
@@ -207,10 +210,12 @@ inline void tile_product_bf16(int rows, int k_pairs, const std::uint32_t* a, std
   for (int c0 = 0; c0 < n; c0 += 2 * pair_panel_width) {
     const std::uint32_t* panel = panels + (c0 / pair_panel_width) * panel_stride;
     const int cols = std::min(2 * pair_panel_width, n - c0);
-    if (cols > pair_panel_width)
-      tile_bf16_rows<2>(rows, k_pairs, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
-    else
-      tile_bf16_rows<1>(rows, k_pairs, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+    with_rows(rows, [&](auto mr) {
+      if (cols > pair_panel_width)
+        tile_bf16<decltype(mr)::value, 2>(k_pairs, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+      else
+        tile_bf16<decltype(mr)::value, 1>(k_pairs, a, a_row, a_col, panel, panel_stride, c + c0, ldc, cols);
+    });
   }
 }
 

@@ -2,7 +2,12 @@
 // both share one thread team instead of fighting over the two cores).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace typeflow::backend::cpu {
 
@@ -32,18 +37,34 @@ inline void parallel_rows(std::ptrdiff_t rows, std::ptrdiff_t row_size, F&& f) {
 }
 
 // out[c] = the sum over the rows of m (rows, cols), row-major: a bias's
-// gradient. Threads take blocks of 64 columns, so no two write one sum.
+// gradient. Each thread sums a contiguous share of the columns (a multiple
+// of 16) over all the rows, up to 1024 columns at a time in a local array,
+// so every column is summed over the rows in order, whatever the thread
+// count, and each row's share is read as one run. (Blocks of 64 columns
+// read 256 bytes of each row and then jumped to the next: 20-30% slower at
+// 16384 rows of 384-1536 columns on 2 Zen 4 cores.)
 inline void column_sums(const float* m, std::ptrdiff_t rows, int cols, float* out) {
-#pragma omp parallel for schedule(static) if (rows * cols >= parallel_threshold)
-  for (int c0 = 0; c0 < cols; c0 += 64) {
-    const int c1 = c0 + 64 < cols ? c0 + 64 : cols;
-    float sums[64] = {};
-    for (std::ptrdiff_t r = 0; r < rows; ++r) {
-      const float* row = m + r * cols;
+  constexpr int slab = 1024;
+#pragma omp parallel if (rows * cols >= parallel_threshold)
+  {
+    int threads = 1, thread = 0;
+#ifdef _OPENMP
+    threads = omp_get_num_threads();
+    thread = omp_get_thread_num();
+#endif
+    const int share = ((cols + threads - 1) / threads + 15) / 16 * 16;
+    const int begin = std::min(cols, thread * share), end = std::min(cols, begin + share);
+    for (int c0 = begin; c0 < end; c0 += slab) {
+      const int width = std::min(slab, end - c0);
+      alignas(64) float sums[slab];
+      for (int c = 0; c < width; ++c) sums[c] = 0.f;
+      for (std::ptrdiff_t r = 0; r < rows; ++r) {
+        const float* row = m + r * cols + c0;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) sums[c - c0] += row[c];
+        for (int c = 0; c < width; ++c) sums[c] += row[c];
+      }
+      for (int c = 0; c < width; ++c) out[c0 + c] = sums[c];
     }
-    for (int c = c0; c < c1; ++c) out[c] = sums[c - c0];
   }
 }
 
