@@ -14,6 +14,7 @@
 #include <typeflow/typeflow.hpp>
 
 #include "../support/test_support.hpp"
+#include "../support/tiny_gpt.hpp"
 
 namespace tf = typeflow;
 
@@ -337,22 +338,12 @@ TEST_CASE("the MNIST MLP reaches float32's test accuracy within 0.5 points under
 
 namespace {
 constexpr int T = 6, D = 8, V = 11;
-using gpt_block = tf::sequential<tf::residual<tf::layer_norm, tf::causal_self_attention<2>>,
-                                 tf::residual<tf::layer_norm, tf::dense<4 * D>, tf::gelu, tf::dense<D>>>;
+using toy = tf::testing::tiny_gpt<T, D, V>;
+using gpt_block = toy::block;
 template <class Blocks>
-using gpt = tf::sequential<tf::typed_input<tf::int32, T>, tf::embedding<V, D>, tf::positional_embedding<T>, Blocks,
-                           tf::layer_norm, tf::tied_logits>;
-using tokens = tf::data::tensor_value<std::int32_t, tf::shape<T>>;
+using gpt = toy::net<Blocks>;
 
-tf::data::batch_of<4, tokens, tokens> token_batch(std::uint64_t salt) {
-  tf::data::batch_of<4, tokens, tokens> b;
-  for (std::size_t i = 0; i < b.features.size(); ++i) {
-    b.features[i] = static_cast<std::int32_t>(tf::random_stream{7 + salt, 0}.uniform(i) * V);
-    b.labels[i] = (b.features[i] + 1) % V;  // learnable: the next id
-  }
-  b.valid = 4;
-  return b;
-}
+auto token_batch(std::uint64_t salt) { return toy::token_batch(7 + salt); }
 }  // namespace
 
 TEST_CASE("inside residual, repeat and recompute, dense layers compute and store in 16 bits too") {

@@ -12,29 +12,20 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/tiny_gpt.hpp"
+
 namespace tf = typeflow;
 
 namespace {
 
-constexpr int T = 6, D = 16, V = 13;
-using block = tf::sequential<tf::residual<tf::layer_norm, tf::causal_self_attention<2>>,
-                             tf::residual<tf::layer_norm, tf::dense<4 * D>, tf::gelu, tf::dense<D>>>;
+using toy = tf::testing::tiny_gpt<6, 16, 13>;  // T, D, V
+using block = toy::block;
 template <class Blocks>
-using gpt = tf::sequential<tf::typed_input<tf::int32, T>, tf::embedding<V, D>, tf::positional_embedding<T>, Blocks,
-                           tf::layer_norm, tf::tied_logits>;
-using tokens = tf::data::tensor_value<std::int32_t, tf::shape<T>>;
+using gpt = toy::net<Blocks>;
 // Per block: attention's qkv and proj kernels and the MLP's two kernels; and the tied head's matrix.
 constexpr std::size_t copies_of_two_blocks = 2 * 4 + 1;
 
-tf::data::batch_of<4, tokens, tokens> token_batch(std::uint64_t salt) {
-  tf::data::batch_of<4, tokens, tokens> b;
-  for (std::size_t i = 0; i < b.features.size(); ++i) {
-    b.features[i] = static_cast<std::int32_t>(tf::random_stream{11 + salt, 0}.uniform(i) * V);
-    b.labels[i] = (b.features[i] + 1) % V;
-  }
-  b.valid = 4;
-  return b;
-}
+auto token_batch(std::uint64_t salt) { return toy::token_batch(11 + salt); }
 
 bool native_products() {
   if (tf::backend::cpu::native_bf16_products()) return true;
