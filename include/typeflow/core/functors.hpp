@@ -43,10 +43,12 @@ struct gelu_exact {
   TYPEFLOW_HOST_DEVICE float value(float x) const {
     return 0.5f * x * (1.f + fast_erf(x * 0.70710678118654752f));
   }
+  // Phi(x) + x·phi(x), with phi(x) = e^(-x²/2) / sqrt(2 pi): erf's own
+  // exponential of (x / sqrt 2)².
   TYPEFLOW_HOST_DEVICE float derivative_at_input(float x) const {
-    const float cdf = 0.5f * (1.f + fast_erf(x * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * fast_exp(-0.5f * x * x);
-    return cdf + x * pdf;
+    float gaussian;
+    const float cdf = 0.5f * (1.f + fast_erf(x * 0.70710678118654752f, gaussian));
+    return cdf + x * (0.39894228040143268f * gaussian);
   }
 };
 
