@@ -78,8 +78,11 @@ if len(runs) != 1:
 run = runs[0]
 if run.get("error_occurred"):
     sys.exit(f"{run['name']}: {run.get('error_message')}")
-print(f"{run['items_per_second']:.1f} {run['GFLOP/s']:.2f} {run['iterations']} {run['real_time']:.2f}{run['time_unit']}")
+print(f"{run['items_per_second']:.1f} {run['GFLOP/s']:.2f} {run['of_peak']:.3f} {run['iterations']} {run['real_time']:.2f}{run['time_unit']}")
 EOF
+  # The machine's float32 FMA peak, from the benchmark's own probe (bench/fma_peak.hpp).
+  [[ -s $tmp/fma_peak ]] || "$python" -c 'import json, sys; print("%.1f" % float(json.load(open(sys.argv[1]))["context"]["fma_peak_float32_gflops"]))' \
+    "$json" >"$tmp/fma_peak"
 }
 
 # pytorch_rate ARGS...: samples/s from pytorch_mlp.py's last line.
@@ -111,22 +114,22 @@ details=()
 measure() {  # measure LABEL BENCH_FILTER PYTORCH_ARGS...
   local label=$1 filter=$2
   shift 2
-  local round tf_out tf_sps tf_gflops tf_iterations tf_time pt_sps
-  local tf_all=() pt_all=() tf_best=0 tf_best_gflops=0 pt_best=0
+  local round tf_out tf_sps tf_gflops tf_of_peak tf_iterations tf_time pt_sps
+  local tf_all=() pt_all=() tf_best=0 tf_best_gflops=0 tf_best_of_peak=0 pt_best=0
   # The two sides take turns, so that a burst of load elsewhere hits one
   # round of each rather than all of one side; the best round of each counts.
   for ((round = 1; round <= repeat; ++round)); do
     log "round $round/$repeat: typeflow $filter (min time ${min_time}s)"
     tf_out=$(typeflow_rate "$filter")
-    read -r tf_sps tf_gflops tf_iterations tf_time <<<"$tf_out"
-    echo "   typeflow samples_per_second=$tf_sps GFLOP/s=$tf_gflops iterations=$tf_iterations time/step=$tf_time" >&2
+    read -r tf_sps tf_gflops tf_of_peak tf_iterations tf_time <<<"$tf_out"
+    echo "   typeflow samples_per_second=$tf_sps GFLOP/s=$tf_gflops of_peak=$tf_of_peak iterations=$tf_iterations time/step=$tf_time" >&2
     log "round $round/$repeat: pytorch_mlp.py $*"
     pt_sps=$(pytorch_rate "$@")
     tf_all+=("$tf_sps"); pt_all+=("$pt_sps")
-    if awk -v a="$tf_sps" -v b="$tf_best" 'BEGIN { exit !(a > b) }'; then tf_best=$tf_sps; tf_best_gflops=$tf_gflops; fi
+    if awk -v a="$tf_sps" -v b="$tf_best" 'BEGIN { exit !(a > b) }'; then tf_best=$tf_sps; tf_best_gflops=$tf_gflops; tf_best_of_peak=$tf_of_peak; fi
     if awk -v a="$pt_sps" -v b="$pt_best" 'BEGIN { exit !(a > b) }'; then pt_best=$pt_sps; fi
   done
-  rows+=("$(printf '%-26s %14s %10s %14s %8.2f' "$label" "$tf_best" "$tf_best_gflops" "$pt_best" \
+  rows+=("$(printf '%-26s %14s %10s %7s %14s %8.2f' "$label" "$tf_best" "$tf_best_gflops" "$tf_best_of_peak" "$pt_best" \
               "$(awk -v a="$tf_best" -v b="$pt_best" 'BEGIN { print a / b }')")")
   details+=("$(printf '%-26s typeflow %s | PyTorch %s' "$label" "${tf_all[*]}" "${pt_all[*]}")")
 }
@@ -136,11 +139,11 @@ if [[ $run_mnist == 1 ]]; then
   measure "784-512-512-10, b=128" BM_mlp_784_512_512_10 --batch 128 --hidden 512
 fi
 
-echo "best of $repeat alternating rounds, samples/s:"
-printf '%-26s %14s %10s %14s %8s\n' "model, batch" "typeflow smp/s" "tf GFLOP/s" "PyTorch smp/s" "ratio"
+echo "best of $repeat alternating rounds, samples/s; the machine's float32 FMA peak (typeflow's probe): $(cat "$tmp/fma_peak") GFLOP/s"
+printf '%-26s %14s %10s %7s %14s %8s\n' "model, batch" "typeflow smp/s" "tf GFLOP/s" "of peak" "PyTorch smp/s" "ratio"
 printf '%s\n' "${rows[@]}"
 echo "every round, samples/s:"
 printf '%s\n' "${details[@]}"
 echo "load avg:  $(cut -d' ' -f1-3 /proc/loadavg) (after)"
 echo "(other processes on the machine slow both sides, OpenMP's spinning threads most: compare figures from a quiet machine)"
-echo "(ratio = typeflow / PyTorch samples per second; GFLOP/s = 3 x forward FLOPs per sample x samples/s)"
+echo "(ratio = typeflow / PyTorch samples per second; GFLOP/s = 3 x forward FLOPs per sample x samples/s; of peak = GFLOP/s / FMA peak)"

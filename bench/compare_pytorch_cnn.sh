@@ -106,6 +106,9 @@ run_side() {
     echo "compare_pytorch_cnn.sh: no '$side config=$cfg images_per_second=... step_ms=... peak_rss_mib=... params=... gflop_per_second=...' line in $side's output" >&2
     return 1
   }
+  # The FMA probe's line: "fma_peak float32_gflops=... bf16_gflops=... threads=..."
+  [[ $side != typeflow || -s $tmp/fma_peak ]] ||
+    sed 's/\x1b\[[0-9;]*m//g' "$output" | grep -m 1 '^fma_peak ' >"$tmp/fma_peak" || true
   echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]} ${BASH_REMATCH[5]}"
 }
 
@@ -170,6 +173,7 @@ done
 echo
 echo "best of $repeat round(s), images/s (step ms and GFLOP/s of that round; peak RSS in MiB, the largest of the rounds):"
 if [[ $pytorch_only == 0 ]]; then
+  [[ -s $tmp/fma_peak ]] && echo "the machine's FMA peak (typeflow's probe, GFLOP/s): $(sed 's/^fma_peak //' "$tmp/fma_peak")"
   printf '%-9s %12s %12s %7s %10s %10s %9s %9s %10s %10s %8s\n' config "typeflow i/s" "PyTorch i/s" ratio \
     "tf ms" "pt ms" "tf GF/s" "pt GF/s" "tf RSS MiB" "pt RSS MiB" params
 else

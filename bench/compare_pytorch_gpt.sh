@@ -18,7 +18,9 @@
 #    typeflow's `gpt_train_step --config C --min-time S` and
 #    bench/pytorch_gpt.py --config C --min-time S, taking turns for N rounds
 #    (--repeat, default 2), and prints every round, the best tokens/s of each
-#    side, their ratio (typeflow / PyTorch) and both peak RSS figures.
+#    side, their ratio (typeflow / PyTorch), typeflow's GFLOP/s as a fraction
+#    of the machine's FMA peak (its own probe, bench/fma_peak.hpp), and both
+#    peak RSS figures beside typeflow's arena (its compile-time memory plan).
 #    --min-time, passed to both sides, defaults to 5 s for small and 20 s for
 #    large (pytorch_gpt.py's own defaults); a large PyTorch step takes ~9 s on
 #    2 quiet cores here, so a large round is about a minute per side. With
@@ -95,8 +97,9 @@ side_environments "$typeflow_passive"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run_side SIDE CONFIG: runs one side once; prints "TOKENS_PER_S STEP_MS PEAK_RSS_MIB PARAMS"
-# and echoes the program's own last line to stderr.
+# run_side SIDE CONFIG: runs one side once; prints "TOKENS_PER_S STEP_MS PEAK_RSS_MIB PARAMS
+# ARENA_MIB GFLOP_PER_S OF_PEAK" (the last three "-" for PyTorch) and echoes the program's
+# own last line to stderr.
 run_side() {
   local side=$1 cfg=$2 line seconds
   seconds=$(min_time_for "$cfg")
@@ -118,7 +121,17 @@ run_side() {
     echo "compare_pytorch_gpt.sh: no '$side config=$cfg tokens_per_second=... step_ms=... peak_rss_mib=... params=...' line in $side's output" >&2
     return 1
   }
-  echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+  local fields="${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+  if [[ $side == typeflow ]]; then
+    re="arena_mib=([0-9.]+) gflop_per_second=([0-9.]+) of_peak=([0-9.]+)"
+    [[ $line =~ $re ]] || { echo "compare_pytorch_gpt.sh: no arena_mib, gflop_per_second, of_peak in: $line" >&2; return 1; }
+    fields+=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
+    # The probe's line: "fma_peak float32_gflops=... bf16_gflops=... threads=..."
+    [[ -s $tmp/fma_peak ]] || sed 's/\x1b\[[0-9;]*m//g' "$output" | grep -m 1 '^fma_peak ' >"$tmp/fma_peak" || true
+  else
+    fields+=" - - -"
+  fi
+  echo "$fields"
 }
 
 gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
@@ -145,7 +158,8 @@ sides=(typeflow pytorch)
 rows=()
 details=()
 for cfg in "${configs[@]}"; do
-  declare -A best_tps=() best_ms=() best_rss=() all=() n_params=()
+  declare -A best_tps=() best_ms=() best_rss=() best_gflops=() best_of_peak=() all=() n_params=()
+  arena=-
   for side in "${sides[@]}"; do best_tps[$side]=0; all[$side]=""; done
   # The two sides take turns, so that a burst of load elsewhere hits one
   # round of each rather than all of one side; the best round of each counts.
@@ -153,11 +167,14 @@ for cfg in "${configs[@]}"; do
     for side in "${sides[@]}"; do
       log "config $cfg, round $round/$repeat: $side"
       out=$(run_side "$side" "$cfg")
-      read -r tps ms rss params <<<"$out"
+      read -r tps ms rss params arena_mib gflops of_peak <<<"$out"
       echo "round $round $(printf '%-8s' "$side") config=$cfg tokens_per_second=$tps step_ms=$ms peak_rss_mib=$rss params=$params"
       all[$side]+="${all[$side]:+ }$tps"
       n_params[$side]=$params
-      if gt "$tps" "${best_tps[$side]}"; then best_tps[$side]=$tps; best_ms[$side]=$ms; fi
+      if gt "$tps" "${best_tps[$side]}"; then
+        best_tps[$side]=$tps; best_ms[$side]=$ms; best_gflops[$side]=$gflops; best_of_peak[$side]=$of_peak
+      fi
+      [[ $side == typeflow ]] && arena=$arena_mib
       # Peak RSS: the largest any round reached (it barely varies).
       if [[ -z ${best_rss[$side]:-} ]] || gt "$rss" "${best_rss[$side]}"; then best_rss[$side]=$rss; fi
     done
@@ -166,24 +183,25 @@ for cfg in "${configs[@]}"; do
     [[ ${n_params[typeflow]} == "${n_params[pytorch]}" ]] ||
       log "warning: config $cfg: typeflow counts ${n_params[typeflow]} parameters, PyTorch ${n_params[pytorch]}"
     ratio=$(awk -v a="${best_tps[typeflow]}" -v b="${best_tps[pytorch]}" 'BEGIN { print a / b }')
-    rows+=("$(printf '%-6s %12s %12s %7.2f %11s %11s %12s %12s %10s' "$cfg" \
+    rows+=("$(printf '%-6s %12s %12s %7.2f %11s %11s %10s %7s %10s %12s %12s %10s' "$cfg" \
                 "${best_tps[typeflow]}" "${best_tps[pytorch]}" "$ratio" \
-                "${best_ms[typeflow]}" "${best_ms[pytorch]}" "${best_rss[typeflow]}" "${best_rss[pytorch]}" \
-                "${n_params[pytorch]}")")
+                "${best_ms[typeflow]}" "${best_ms[pytorch]}" "${best_gflops[typeflow]}" "${best_of_peak[typeflow]}" \
+                "$arena" "${best_rss[typeflow]}" "${best_rss[pytorch]}" "${n_params[pytorch]}")")
     details+=("$(printf '%-6s typeflow %s | PyTorch %s' "$cfg" "${all[typeflow]}" "${all[pytorch]}")")
   else
     rows+=("$(printf '%-6s %12s %11s %12s %10s' "$cfg" "${best_tps[pytorch]}" "${best_ms[pytorch]}" \
                 "${best_rss[pytorch]}" "${n_params[pytorch]}")")
     details+=("$(printf '%-6s PyTorch %s' "$cfg" "${all[pytorch]}")")
   fi
-  unset best_tps best_ms best_rss all n_params
+  unset best_tps best_ms best_rss best_gflops best_of_peak all n_params
 done
 
 echo
-echo "best of $repeat round(s), tokens/s (step ms of that round; peak RSS in MiB, the largest of the rounds):"
+echo "best of $repeat round(s), tokens/s (step ms and typeflow's GFLOP/s of that round; peak RSS in MiB, the largest of the rounds):"
 if [[ $pytorch_only == 0 ]]; then
-  printf '%-6s %12s %12s %7s %11s %11s %12s %12s %10s\n' config "typeflow t/s" "PyTorch t/s" ratio \
-    "tf step ms" "pt step ms" "tf RSS MiB" "pt RSS MiB" params
+  [[ -s $tmp/fma_peak ]] && echo "the machine's FMA peak (typeflow's probe, GFLOP/s): $(sed 's/^fma_peak //' "$tmp/fma_peak")"
+  printf '%-6s %12s %12s %7s %11s %11s %10s %7s %10s %12s %12s %10s\n' config "typeflow t/s" "PyTorch t/s" ratio \
+    "tf step ms" "pt step ms" "tf GFLOP/s" "of peak" "tf arena" "tf RSS MiB" "pt RSS MiB" params
 else
   printf '%-6s %12s %11s %12s %10s\n' config "PyTorch t/s" "pt step ms" "pt RSS MiB" params
 fi
@@ -192,5 +210,6 @@ echo "every round, tokens/s:"
 printf '%s\n' "${details[@]}"
 echo "load avg:  $(cut -d' ' -f1-3 /proc/loadavg) (after)"
 echo "(other processes on the machine slow both sides: compare figures from a quiet machine)"
-[[ $pytorch_only == 0 ]] && echo "(ratio = typeflow / PyTorch tokens per second)"
+[[ $pytorch_only == 0 ]] &&
+  echo "(ratio = typeflow / PyTorch tokens per second; of peak = GFLOP/s over the policy's FMA peak; tf arena = the memory plan, MiB)"
 exit 0
