@@ -5,9 +5,11 @@
 // read it; it is the same on every device, since the memory plan is.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,20 +23,47 @@
 
 namespace typeflow {
 
+// One parameter tensor: where it is stored and how.
+struct parameter_info {
+  std::string name;                 // "layers.1.kernel"
+  std::vector<std::int64_t> shape;  // (784, 512)
+  std::size_t offset = 0;           // bytes from the start of the parameter region
+  std::size_t size = 0;             // elements
+  std::size_t row_length = 1, row_stride = 1;
+  std::size_t stored_floats = 0;    // with the rows' padding
+  param_kind kind = param_kind::kernel;
+  bool trainable = true;            // false inside frozen<...> and for a frozen_param: no gradient, no slot
+  float lora_scale = 0.f;           // a LoRA matrix (layers/lora.hpp): its adapter's Alpha / Rank
+};
+
+namespace detail {
+
+// A parameter as the compiler knows it: constants only, so that a layer's
+// list is a static array and one function (not one copy per parameter and
+// network) builds the table's strings and vectors from it.
+struct parameter_facts {
+  std::string_view name;  // within its layer: "kernel", "attn.qkv.kernel"
+  const int* dims = nullptr;
+  std::size_t rank = 0;
+  std::size_t offset = 0, size = 0, row_length = 1, row_stride = 1, stored_floats = 0;
+  param_kind kind = param_kind::kernel;
+  bool trainable = true;
+  float lora_scale = 0.f;
+};
+
+inline void append_parameters(std::vector<parameter_info>& table, std::size_t layer, bool absolute_names,
+                              std::span<const parameter_facts> facts) {
+  const std::string prefix = absolute_names ? std::string() : "layers." + std::to_string(layer) + ".";
+  for (const parameter_facts& f : facts)
+    table.push_back({prefix + std::string(f.name), std::vector<std::int64_t>(f.dims, f.dims + f.rank), f.offset,
+                     f.size, f.row_length, f.row_stride, f.stored_floats, f.kind, f.trainable, f.lora_scale});
+}
+
+}  // namespace detail
+
 template <class Net>
 struct parameter_table {
-  // One parameter tensor: where it is stored and how.
-  struct info {
-    std::string name;                 // "layers.1.kernel"
-    std::vector<std::int64_t> shape;  // (784, 512)
-    std::size_t offset = 0;           // bytes from the start of the parameter region
-    std::size_t size = 0;             // elements
-    std::size_t row_length = 1, row_stride = 1;
-    std::size_t stored_floats = 0;    // with the rows' padding
-    param_kind kind = param_kind::kernel;
-    bool trainable = true;            // false inside frozen<...> and for a frozen_param: no gradient, no slot
-    float lora_scale = 0.f;           // a LoRA matrix (layers/lora.hpp): its adapter's Alpha / Rank
-  };
+  using info = parameter_info;
 
   // The kernel a LoRA matrix adapts: "blocks.0.attn.qkv.lora_kernel_a" ->
   // "blocks.0.attn.qkv.kernel"; and a kernel's adapter matrices, when it has them.
@@ -53,12 +82,24 @@ struct parameter_table {
     return std::pair{*a, *b};
   }
 
+  // Every parameter, in arena order: built once per network, so that each
+  // caller runs a loop rather than its own copy of the unrolled walk over
+  // the layers (which had made this table the largest code in a program).
+  static const std::vector<info>& all() {
+    static const std::vector<info> table = [] {
+      std::vector<info> t;
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (of_layer<I>(t), ...);
+      }(std::make_index_sequence<Net::layer_count>{});
+      return t;
+    }();
+    return table;
+  }
+
   // f(info) for every parameter, in arena order.
   template <class F>
   static void for_each(F&& f) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (of_layer<I>(f), ...);
-    }(std::make_index_sequence<Net::layer_count>{});
+    for (const info& p : all()) f(p);
   }
 
   // Throws std::out_of_range naming what is missing.
@@ -92,24 +133,29 @@ struct parameter_table {
     else
       return 0.f;
   }
-  template <std::size_t I, class F>
-  static void of_layer(F& f) {
+  template <std::size_t I, std::size_t P>
+  static constexpr detail::parameter_facts facts_of() {
+    using param_type = std::tuple_element_t<P, typename Net::template layer<I>::params::tuple>;
+    using shape_type = typename param_type::shape_type;
+    return {param_type::name,
+            shape_type::dims.data(),
+            shape_type::dims.size(),
+            memory_plan<Net, 0, 0>::template tensor_offset<I, P>,
+            param_type::size,
+            param_type::row_length,
+            param_type::row_stride,
+            param_type::stored_floats,
+            param_type::kind,
+            Net::trainable[I] && !param_type::frozen,
+            lora_scale_of<param_type>()};
+  }
+  template <std::size_t I>
+  static void of_layer(std::vector<info>& table) {
     using layer = typename Net::template layer<I>;
-    using params = typename layer::params;
-    [&]<std::size_t... P>(std::index_sequence<P...>) {
-      (
-          [&] {
-            using param_type = std::tuple_element_t<P, typename params::tuple>;
-            using shape_type = typename param_type::shape_type;
-            f(info{(layer::absolute_names ? std::string() : "layers." + std::to_string(I) + ".") +
-                       std::string(param_type::name),
-                   std::vector<std::int64_t>(shape_type::dims.begin(), shape_type::dims.end()),
-                   memory_plan<Net, 0, 0>::template tensor_offset<I, P>, param_type::size, param_type::row_length,
-                   param_type::row_stride, param_type::stored_floats, param_type::kind,
-                   Net::trainable[I] && !param_type::frozen, lora_scale_of<param_type>()});
-          }(),
-          ...);
-    }(std::make_index_sequence<params::count>{});
+    static constexpr auto facts = []<std::size_t... P>(std::index_sequence<P...>) {
+      return std::array<detail::parameter_facts, sizeof...(P)>{facts_of<I, P>()...};
+    }(std::make_index_sequence<layer::params::count>{});
+    detail::append_parameters(table, I, layer::absolute_names, facts);
   }
 };
 
