@@ -488,8 +488,13 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       decode_attention();
     } else {
       const bool drop = with_dropout && io_.run && io_.run->training;
-      if (native_heads_) for_each_head([&](int pair, int slot) { head_forward_bf16(pair, slot, drop); });
-      else for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
+      // if constexpr: a policy without native bf16 products compiles no bf16 kernels.
+      if constexpr (native_possible) {
+        if (native_heads_) for_each_head([&](int pair, int slot) { head_forward_bf16(pair, slot, drop); });
+        else for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
+      } else {
+        for_each_head([&](int pair, int slot) { head_forward(pair, slot, drop); });
+      }
     }
     if constexpr (low_precision) round(concat(), rows_d, kept_bf16(y_kept_at));
     proj_forward_.run();
@@ -516,8 +521,12 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
       if constexpr (low_precision) round(d_concat(), rows_d);
       if constexpr (with_lora) proj_adapter_.backward();  // adds to d_y
       const bool drop = with_dropout && io_.run && io_.run->training;
-      if (native_heads_) for_each_head([&](int pair, int slot) { head_backward_bf16(pair, slot, drop); });
-      else for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      if constexpr (native_possible) {
+        if (native_heads_) for_each_head([&](int pair, int slot) { head_backward_bf16(pair, slot, drop); });
+        else for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      } else {
+        for_each_head([&](int pair, int slot) { head_backward(pair, slot, drop); });
+      }
       if constexpr (low_precision) round(d_qkv(), rows_3d, scratch_bf16(d_qkv_bf16_at));
       if constexpr (!with_lora) qkv_kernel_grad_.run();
       if constexpr (low_precision) round(param_gradient<params, 0>(io_), Layer::qkv_kernel_floats);
