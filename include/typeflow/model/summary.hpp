@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -84,10 +85,9 @@ inline std::string human_bytes(std::size_t bytes) {
   return text;
 }
 // "(None, 28, 28)": the batch axis first, unknown until a dataset is given.
-template <class Shape>
-std::string batched_shape() {
+inline std::string batched_shape(std::span<const int> dims) {
   std::string out = "(None";
-  for (int d : Shape::dims) out += ", " + std::to_string(d);
+  for (int d : dims) out += ", " + std::to_string(d);
   return out + ")";
 }
 
@@ -99,6 +99,19 @@ struct row {
   std::string label, shape, dtype, params, trainable, bytes;
   std::string connected;  // a graph node's inputs ("Connected to")
 };
+
+// A row's fields from a layer's constants: one function for every layer
+// type, so that each add_rows instantiation holds only what is its own.
+inline row row_of(int depth, std::span<const int> dims, std::string_view dtype, std::size_t params,
+                  std::size_t trainable) {
+  row r;
+  r.depth = depth;
+  r.shape = batched_shape(dims);
+  r.dtype = std::string(dtype);
+  r.params = with_thousands(params);
+  r.trainable = with_thousands(trainable);
+  return r;
+}
 
 // repeat<N, ...>: the copies and the block; anything else: no copies.
 template <class Spec>
@@ -162,12 +175,8 @@ template <class Bound, class Spec>
 void add_rows(std::vector<row>& rows, int depth, bool frozen, const std::vector<std::string>& names,
               std::size_t& cursor, const std::string& suffix) {
   using params = typename Bound::params;
-  row r;
-  r.depth = depth;
-  r.shape = batched_shape<typename Bound::output_shape>();
-  r.dtype = std::string(Bound::compute_dtype::name);
-  r.params = with_thousands(params::parameter_count);
-  r.trainable = with_thousands(frozen ? 0 : params::trainable_count);
+  row r = row_of(depth, Bound::output_shape::dims, Bound::compute_dtype::name, params::parameter_count,
+                 frozen ? 0 : params::trainable_count);
   if constexpr (has_children<Bound>) {
     r.label = short_type_name(Spec::type_name()) + suffix;
     rows.push_back(std::move(r));
@@ -216,18 +225,15 @@ void add_graph_rows(std::vector<row>& rows, int depth, bool frozen, const std::v
           // functional<>'s outputs<...> packs its outputs: no row of its own.
           if constexpr (is_pack_v<typename node_spec::layer>) return;
           const bool owns = Bound::shared_with[k] == static_cast<std::size_t>(-1);
-          row r;
-          r.depth = depth;
-          r.shape = batched_shape<typename node::output_shape>();
-          r.params = with_thousands(owns ? node::params::parameter_count : 0);
-          r.trainable = with_thousands(owns && !frozen ? node::params::trainable_count : 0);
+          row r = row_of(depth, node::output_shape::dims, node::compute_dtype::name,
+                         owns ? node::params::parameter_count : 0,
+                         owns && !frozen ? node::params::trainable_count : 0);
           if constexpr (Bound::is_input_node[k]) {  // Keras's InputLayer, in its own dtype
             r.dtype = std::string(node::output_dtype::name);
             r.label = std::string(node_spec::name) + " (InputLayer)";
             rows.push_back(std::move(r));
             return;
           }
-          r.dtype = std::string(node::compute_dtype::name);
           r.label = std::string(node_spec::name) + " (" + short_type_name(node_spec::layer::type_name()) + ")";
           for (std::size_t j = 0; j < Bound::input_counts[k]; ++j)
             r.connected += (j ? ", " : "") + std::string(Bound::names::names[Bound::sources[k][j]]);
@@ -274,13 +280,10 @@ void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
   if (!shared) activation_bytes += bytes;
   // Trained: all but statistics, and nothing of a frozen<...> layer.
   const std::size_t trained = Net::trainable[I] ? layer::params::trainable_count : 0;
-  row r;
+  row r = row_of(0, layer::output_shape::dims, I == 0 ? Net::input_dtype::name : layer::compute_dtype::name,
+                 layer::params::parameter_count, trained);
   r.label = I == 0 ? "input"
                    : "layers." + std::to_string(I) + " (" + short_type_name(Net::template layer_type_name<I>()) + ")";
-  r.shape = batched_shape<typename layer::output_shape>();
-  r.dtype = std::string(I == 0 ? Net::input_dtype::name : layer::compute_dtype::name);
-  r.params = with_thousands(layer::params::parameter_count);
-  r.trainable = with_thousands(trained);
   r.bytes = shared ? "shared" : human_bytes(bytes);
   rows.push_back(std::move(r));
   if constexpr (I > 0 && is_graph_binding<layer>) {
