@@ -103,13 +103,10 @@ struct parameter_table {
   }
 
   // Throws std::out_of_range naming what is missing.
-  static info find(std::string_view name) {
-    std::optional<info> found;
-    for_each([&](const info& p) {
-      if (p.name == name) found = p;
-    });
-    if (!found) throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
-    return *found;
+  static const info& find(std::string_view name) {
+    for (const info& p : all())
+      if (p.name == name) return p;
+    throw std::out_of_range("model has no parameter named \"" + std::string(name) + "\"");
   }
 
   // Each trainable tensor's place (in floats) and kind, as the optimizers
