@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 
 #include <typeflow/core/fast_math.hpp>
@@ -60,6 +61,28 @@ TEST_CASE("fast_tanh stays within 5 ulp of tanh, and keeps its edges") {
   CHECK(typeflow::fast_tanh(20.f) == 1.f);
   CHECK(typeflow::fast_tanh(1e-5f) == 1e-5f);
   CHECK(std::isnan(typeflow::fast_tanh(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// The saturation is a select, not the quotient's rounding: with fused
+// multiply-adds (nvcc's default) the quotient fell short of 1, and
+// gelu_tanh's derivative, which multiplies 1 - t² by x³, was 0.026 off at
+// x = 100 on the GPU.
+TEST_CASE("fast_tanh is exactly ±1 from 7.90531 on, so gelu_tanh's derivative is exactly 1 or 0 far out") {
+  const float limit = 7.90531110763549805f;
+  for (float x : {limit, std::nextafter(limit, 100.f), 8.f, 30.f, 100.f, 1e6f, 3e38f}) {
+    CAPTURE(x);
+    CHECK(typeflow::fast_tanh(x) == 1.f);
+    CHECK(typeflow::fast_tanh(-x) == -1.f);
+  }
+  const float below = std::nextafter(limit, 0.f);
+  CHECK(typeflow::fast_tanh(below) <= 1.f);
+  CHECK(std::fabs(typeflow::fast_tanh(below) - std::tanh(below)) <= 5 * 6e-8);
+  const typeflow::functors::gelu_tanh g;
+  for (float x : {30.f, 100.f, 1000.f}) {
+    CAPTURE(x);
+    CHECK(g.derivative_at_input(x) == 1.f);
+    CHECK(g.derivative_at_input(-x) == 0.f);
+  }
 }
 
 TEST_CASE("fast_exp's edges: overflow to infinity, underflow to zero, NaN kept") {

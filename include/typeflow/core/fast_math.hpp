@@ -75,11 +75,16 @@ TYPEFLOW_HOST_DEVICE float fast_erf(float x) {
 }
 
 // tanh as x · P(x²) / Q(x²), the rational approximation Eigen and XLA use
-// (degree 13 over 6), with x clamped to ±7.90531 where tanh rounds to ±1 in
-// float, and x itself below 4e-4, where x - x³/3 rounds to x.
+// (degree 13 over 6), x itself below 4e-4, where x - x³/3 rounds to x, and
+// exactly ±1 from ±7.90531 on, where tanh rounds to ±1 in float. The
+// quotient alone lands an ulp or so short of 1 there when the compiler fuses
+// the polynomials' multiply-adds (nvcc does), and gelu_tanh's derivative
+// multiplies 1 - t² by x³: at x = 100 four ulps became 0.026 (seen on an
+// H200, 2026-12-04).
 TYPEFLOW_HOST_DEVICE float fast_tanh(float x) {
   const bool tiny = __builtin_fabsf(x) < 0.0004f;
   constexpr float limit = 7.90531110763549805f;
+  const bool saturated = __builtin_fabsf(x) >= limit;  // false for NaN
   float c = x > limit ? limit : x;  // NaN passes both selects and stays NaN
   c = c < -limit ? -limit : c;
   const float x2 = c * c;
@@ -94,7 +99,8 @@ TYPEFLOW_HOST_DEVICE float fast_tanh(float x) {
   q = q * x2 + 1.18534705686654e-04f;
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
-  const float result = c * p / q;
+  float result = c * p / q;
+  result = saturated ? (x > 0.f ? 1.f : -1.f) : result;
   return tiny ? x : result;
 }
 
