@@ -43,7 +43,7 @@ struct device_array {
   explicit device_array(const std::vector<T>& host) : device_array(host.size()) { upload(host); }
   T* get() const { return buffer.data<T>(); }
   void upload(const std::vector<T>& host) {
-    if (!host.empty()) TYPEFLOW_CUDA_CHECK(cudaMemcpy(get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    cu::copy_to_device(get(), host.data(), host.size() * sizeof(T));
   }
   std::vector<T> download() const {
     std::vector<T> host(size);
@@ -273,15 +273,18 @@ TEST_CASE("dropout draws the CPU dropout layer's mask, and backward regenerates 
       s.synchronize();
       const std::vector<float> got_y = y.download(), got_g = dgrad.download();
       const std::vector<std::uint8_t> got_mask = mask.download();
+      // The CPU's layer ran on x[0, count); the device's on x[offset, count + offset),
+      // with the same mask: element i of the range is kept as the CPU's element i.
+      const tf::dropout_mask m = tf::make_dropout_mask(seed, step, rate);
       std::size_t wrong = 0;
       for (std::size_t i = 0; i < count; ++i) {
         wrong += got_mask[i + offset] != static_cast<std::uint8_t>(keep[i]);
-        wrong += bits(got_y[i + offset]) != bits(out[i]);
+        wrong += bits(got_y[i + offset]) != bits(keep[i] != std::byte{0} ? x[i + offset] * m.scale : 0.f);
+        if (offset == 0) wrong += bits(got_y[i]) != bits(out[i]);
       }
       CHECK(wrong == 0);
       // The CPU's backward ran on dy[0, count); the device's on dy[offset, count + offset).
       wrong = 0;
-      const tf::dropout_mask m = tf::make_dropout_mask(seed, step, rate);
       for (std::size_t i = 0; i < count; ++i) {
         const float expected = m.keep(i) ? dy[i + offset] * m.scale : 0.f;
         wrong += bits(got_g[i + offset]) != bits(expected);

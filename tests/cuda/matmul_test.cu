@@ -87,7 +87,7 @@ std::vector<float> decode(element e, const std::vector<std::byte>& bytes) {
 
 cu::device_buffer upload(const std::vector<std::byte>& bytes) {
   cu::device_buffer d(bytes.size());
-  TYPEFLOW_CUDA_CHECK(cudaMemcpy(d.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  cu::copy_to_device(d.data(), bytes.data(), bytes.size());
   return d;
 }
 
@@ -294,6 +294,13 @@ outcome run_case(const gemm_case& g) {
   const std::vector<float> got = decode(out, download(c));
   const double acc_tol = accumulation_tolerance(g.precision);
   const double round = output_rounding(out);
+  // With a 16-bit C, cuBLASLt rounds the product to C's type before it adds
+  // C (accumulate) or the bias, and again after: each step costs up to half
+  // an ulp of an intermediate no larger than the sum of the terms' sizes.
+  // Seen on an H200 (2026-12-04): bf16 results one to one and a half ulps
+  // from the exact value, never more, in exactly these cases.
+  const int intermediate_roundings =
+      out == element::f32 ? 0 : (g.accumulate ? 1 : 0) + (uses_bias(g.epilogue) ? 1 : 0);
   comparison cmp;
   outcome o;
   o.what = describe(g);
@@ -303,8 +310,10 @@ outcome run_case(const gemm_case& g) {
     for (int j = 0; j < n; ++j) {
       const std::size_t at = static_cast<std::size_t>(i) * n + j;
       const double value = got[static_cast<std::size_t>(i) * p.ldc + j];
-      double allowed = acc_tol * p.magnitude[at] + round * std::fabs(p.out[at]) + 1e-6;
-      // gelu' reaches 1.13; and a fast hardware tanh (relative error ~2^-11) inside the epilogue.
+      const double gain = is_gelu(g.epilogue) ? 1.13 : 1.0;  // gelu' reaches 1.13
+      double allowed = acc_tol * p.magnitude[at] + round * std::fabs(p.out[at]) +
+                       gain * intermediate_roundings * round * p.magnitude[at] + 1e-6;
+      // A fast hardware tanh (relative error ~2^-11) inside the epilogue.
       if (is_gelu(g.epilogue)) allowed += 0.2 * acc_tol * p.magnitude[at] + 5e-4 * std::fabs(p.pre[at]);
       cmp.add("C", at, value, p.out[at], allowed);
       if (is_gelu(g.epilogue)) {
@@ -324,7 +333,8 @@ outcome run_case(const gemm_case& g) {
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j) {
         const std::size_t at = static_cast<std::size_t>(i) * n + j;
-        const double allowed = acc_tol * p.magnitude[at] + round * std::fabs(p.pre[at]) + 1e-6;
+        const double allowed = acc_tol * p.magnitude[at] + round * std::fabs(p.pre[at]) +
+                               intermediate_roundings * round * p.magnitude[at] + 1e-6;
         cmp.add("aux", at, aux_got[static_cast<std::size_t>(i) * aux_ld + j], p.pre[at], allowed);
       }
   }

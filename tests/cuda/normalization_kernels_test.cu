@@ -37,7 +37,7 @@ template <class T>
 cu::device_buffer upload(const std::vector<T>& host) {
   cu::device_buffer buffer(std::max<std::size_t>(1, host.size()) * sizeof(T));
   if (!host.empty())
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    cu::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
   return buffer;
 }
 

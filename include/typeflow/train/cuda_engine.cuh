@@ -639,8 +639,8 @@ class engine<Net, Policy, Strategy, cuda> {
         backend::cuda::device_guard on(r->device);
         for (std::size_t k = 0; k < pending_slots_.size(); ++k)
           if (!pending_slots_[k].empty())
-            TYPEFLOW_CUDA_CHECK(cudaMemcpy(r->arena.data() + plan0::slot_offset(static_cast<int>(k)),
-                                           pending_slots_[k].data(), plan0::trainable_bytes, cudaMemcpyHostToDevice));
+            backend::cuda::copy_to_device(r->arena.data() + plan0::slot_offset(static_cast<int>(k)),
+                                          pending_slots_[k].data(), plan0::trainable_bytes);
       }
       pending_slots_.clear();
     }

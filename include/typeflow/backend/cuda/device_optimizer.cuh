@@ -76,7 +76,7 @@ class device_optimizer final : public device_optimizer_base {
 
   optimizers::device::step_state* state() override { return state_.template data<optimizers::device::step_state>(); }
   void reset_state(const optimizers::device::step_state& s) override {
-    TYPEFLOW_CUDA_CHECK(cudaMemcpy(state_.data(), &s, sizeof s, cudaMemcpyHostToDevice));
+    copy_to_device(state_.data(), &s, sizeof s);
   }
 
   void prepare(std::int64_t iteration, cudaStream_t stream) override {

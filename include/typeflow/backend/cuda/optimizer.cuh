@@ -69,9 +69,9 @@ class device_update_plan {
       : tensors_(plan.tensors.size() * sizeof(optimizer_device::tensor_entry)),
         chunks_(plan.chunks.size() * sizeof(optimizer_device::chunk)) {
     if (!plan.tensors.empty())
-      TYPEFLOW_CUDA_CHECK(cudaMemcpy(tensors_.data(), plan.tensors.data(), tensors_.size(), cudaMemcpyHostToDevice));
+      copy_to_device(tensors_.data(), plan.tensors.data(), tensors_.size());
     if (!plan.chunks.empty())
-      TYPEFLOW_CUDA_CHECK(cudaMemcpy(chunks_.data(), plan.chunks.data(), chunks_.size(), cudaMemcpyHostToDevice));
+      copy_to_device(chunks_.data(), plan.chunks.data(), chunks_.size());
     view_ = {tensors_.data<optimizer_device::tensor_entry>(), chunks_.data<optimizer_device::chunk>(),
              static_cast<std::uint32_t>(plan.tensors.size()), static_cast<std::uint32_t>(plan.chunks.size()),
              plan.floats};

@@ -170,6 +170,18 @@ using device_buffer = detail::owned_bytes<detail::device_allocator>;
 // Page-locked host memory: the staging side of asynchronous copies.
 using pinned_buffer = detail::owned_bytes<detail::pinned_allocator>;
 
+// Host -> device, landed when it returns. cudaMemcpy from pageable memory
+// may return once the bytes are staged, before the DMA lands, and it runs on
+// the legacy stream, which typeflow's non-blocking streams never wait for: a
+// 4 MB upload raced the kernel that read it (seen on an H200, 2026-12-04).
+// For set-up and test copies; the training step stages through pinned memory
+// on its own stream.
+inline void copy_to_device(void* device, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  TYPEFLOW_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  TYPEFLOW_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
 // A stream's work recorded once and replayed: capture() runs `record` with the
 // stream in capture mode (kernels and library calls are recorded, not run),
 // then launch() replays the whole step as one graph.
