@@ -23,9 +23,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/gemm.hpp"
@@ -235,6 +237,64 @@ class matmul {
           "cublasLtMatmul");
   }
 
+  // One of cuBLASLt's heuristic answers for this product. The algorithm is
+  // kept as its 64 bytes: cuBLASLt's types are typedef'd unnamed structs,
+  // which nvcc 13.0's front end cannot put in a std::vector (it aborts in
+  // find_allocated_name_reference).
+  struct candidate {
+    std::uint64_t algorithm[8] = {};
+    std::size_t workspace_bytes = 0;
+    float waves = 0;  // the heuristic's waves count: tiles over the device's multiprocessors
+  };
+  static constexpr int most_candidates = 32;
+  // At most `count` answers, best first by the heuristic's own ranking, each
+  // needing at most `workspace_limit` bytes: what an autotuner times
+  // (bench/gpu/gemm_algos.cu). The constructor takes the first.
+  std::vector<candidate> candidates(int count, std::size_t workspace_limit) const {
+    cublasLtMatmulPreference_t preference = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    cublasLtMatmulHeuristicResult_t results[most_candidates] = {};
+    const int asked = count < 1 ? 1 : (count > most_candidates ? most_candidates : count);
+    int found = 0;
+    try {
+      const std::uint64_t limit = workspace_limit;
+      set_pref(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, limit);
+      const std::uint32_t alignment = alignment_bytes;
+      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment);
+      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment);
+      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment);
+      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment);
+      // Split-K partials only in fp32 in the workspace: reducing them in C's
+      // type (INPLACE, OUTPUT_TYPE) would round 16-bit outputs once per split
+      // and, in place, depend on the order the pieces land.
+      const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      set_pref(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+      check(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_, preference,
+                                           asked, results, &found),
+            "cublasLtMatmulAlgoGetHeuristic");
+    } catch (...) {
+      (void)cublasLtMatmulPreferenceDestroy(preference);
+      throw;
+    }
+    (void)cublasLtMatmulPreferenceDestroy(preference);
+    static_assert(sizeof(candidate::algorithm) == sizeof(cublasLtMatmulAlgo_t));
+    std::vector<candidate> out;
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      candidate c;
+      std::memcpy(c.algorithm, &results[i].algo, sizeof c.algorithm);
+      c.workspace_bytes = results[i].workspaceSize;
+      c.waves = results[i].wavesCount;
+      out.push_back(c);
+    }
+    return out;
+  }
+  // Runs with `c` from now on; run() then needs c.workspace_bytes of workspace.
+  void use(const candidate& c) noexcept {
+    std::memcpy(&algorithm_, c.algorithm, sizeof c.algorithm);
+    workspace_bytes_ = c.workspace_bytes;
+  }
+
   // The workspace the chosen algorithm needs (at most the constructor's limit).
   std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
   // Row stride, in elements of C's type, of gelu_aux_bias's aux (0 otherwise).
@@ -296,36 +356,9 @@ class matmul {
   }
 
   void pick_algorithm(std::size_t workspace_limit) {
-    cublasLtMatmulPreference_t preference = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-    try {
-      const std::uint64_t limit = workspace_limit;
-      set_pref(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, limit);
-      const std::uint32_t alignment = alignment_bytes;
-      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment);
-      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment);
-      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment);
-      set_pref(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment);
-      // Split-K partials only in fp32 in the workspace: reducing them in C's
-      // type (INPLACE, OUTPUT_TYPE) would round 16-bit outputs once per split
-      // and, in place, depend on the order the pieces land.
-      const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      set_pref(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
-
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      check(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_, preference, 1,
-                                           &result, &found),
-            "cublasLtMatmulAlgoGetHeuristic");
-      if (found == 0) check(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic (no algorithm)");
-      check(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
-      algorithm_ = result.algo;
-      workspace_bytes_ = result.workspaceSize;
-    } catch (...) {
-      (void)cublasLtMatmulPreferenceDestroy(preference);
-      throw;
-    }
-    (void)cublasLtMatmulPreferenceDestroy(preference);
+    const std::vector<candidate> found = candidates(1, workspace_limit);
+    if (found.empty()) check(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic (no algorithm)");
+    use(found.front());
   }
 
   template <class T>
