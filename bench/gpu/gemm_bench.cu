@@ -8,7 +8,10 @@
 // all accumulating in fp32. Shapes: squares 512..8192 and MLP-like m×n×k
 // 4096×4096×1024 and 8192×1024×4096. Time is GPU time between cudaEvents
 // around a batch of back-to-back runs (enough to last ~1 ms at the small
-// sizes), divided per GEMM; "TFLOP/s" counts 2·m·n·k per GEMM.
+// sizes); the Time column is a batch's, "ms" one GEMM's, and "TFLOP/s"
+// counts 2·m·n·k per GEMM.
+// copy/device_to_device/2GiB is the other ceiling: one cudaMemcpyAsync of
+// 2 GiB, its "GB/s" counting bytes read plus bytes written.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
@@ -104,7 +107,7 @@ void bench_gemm(benchmark::State& state, cublasLtHandle_t handle, cu::gemm_preci
       stop.record(stream.get());
       stop.synchronize();
       const double span = static_cast<double>(stop.milliseconds_since(start)) * 1e-3;
-      state.SetIterationTime(span / batch);
+      state.SetIterationTime(span);  // the whole batch: min_time then bounds the wall time
       seconds += span;
       gemms += batch;
     }
@@ -112,6 +115,37 @@ void bench_gemm(benchmark::State& state, cublasLtHandle_t handle, cu::gemm_preci
     state.counters["ms"] = gemms > 0 ? seconds * 1e3 / static_cast<double>(gemms) : 0.0;
     state.counters["batch"] = batch;
     state.counters["workspace_MiB"] = static_cast<double>(mm.workspace_bytes()) / (1 << 20);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// The memory ceiling: 2 GiB copied device to device, 30 times the L2.
+void bench_copy(benchmark::State& state) {
+  try {
+    const std::size_t bytes = std::size_t{2} << 30;
+    cu::device_buffer from(bytes), to(bytes);
+    cu::stream stream;
+    cu::event start(true), stop(true);
+    fill(from.data(), bytes / 4, cu::gemm_precision::float32, 3, stream.get());
+    auto copy = [&] {
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    };
+    for (int warm = 0; warm < 2; ++warm) copy();
+    stream.synchronize();
+    double seconds = 0;
+    std::int64_t copies = 0;
+    for (auto _ : state) {
+      start.record(stream.get());
+      copy();
+      stop.record(stream.get());
+      stop.synchronize();
+      const double span = static_cast<double>(stop.milliseconds_since(start)) * 1e-3;
+      state.SetIterationTime(span);
+      seconds += span;
+      ++copies;
+    }
+    state.counters["GB/s"] = copies > 0 ? 2.0 * static_cast<double>(bytes) * static_cast<double>(copies) / seconds * 1e-9 : 0.0;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -130,6 +164,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) benchmark::AddCustomContext("device", prop.name);
 
+  benchmark::RegisterBenchmark("copy/device_to_device/2GiB", bench_copy)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.3);
   cu::lt_handle handle;
   for (const auto precision : precisions)
     for (const auto& size : sizes) {
