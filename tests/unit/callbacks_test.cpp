@@ -172,6 +172,27 @@ TEST_CASE("model_checkpoint: save_best_only saves on improvement only, with the 
   CHECK(every.saved == std::vector<std::string>{"weights e1", "weights e2", "weights e3"});
 }
 
+TEST_CASE("model_checkpoint: a placeholder's spec is Python's [flags][width][.precision][type], refused when built") {
+  // Before: "{epoch:s%d}" reached snprintf as "%s%lld" (a crash reading 0x1), "{epoch:n%d}" as "%n%lld".
+  for (const char* bad : {"w-{epoch:s%d}", "w-{epoch:n%d}", "w-{batch:%n}", "w-{epoch:*d}", "w-{epoch:lld}",
+                          "w-{epoch:999d}", "w-{epoch:.4f}", "w-{val_loss:d}", "w-{val_loss:.100f}", "w-{loss:5.f}"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(tf::callbacks::model_checkpoint{bad}, doctest::Contains("is not a spec of the form"),
+                         std::invalid_argument);
+  }
+  const std::string long_name(100000, 'x');
+  try {
+    tf::callbacks::model_checkpoint{"w-{epoch:" + long_name + "}"};
+    FAIL("a 100,000-character spec was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).size() < 600);  // quoted as an excerpt, not whole
+  }
+  recording_model m;
+  tf::callbacks::model_checkpoint good("w-{epoch:+03d}-{batch}-{loss:08.3f}-{loss:e}-{loss}", {.save_weights_only = true});
+  run_epochs(good, m, "loss", {0.5});
+  CHECK(m.saved == std::vector<std::string>{"weights w-+01-0-0000.500-5.000000e-01-0.5"});
+}
+
 TEST_CASE("model_checkpoint in fit: weights each epoch, and checkpoints every n batches that resume") {
   tf_testing::temp_dir dir("typeflow_callbacks_test_model_checkpoint");
   tf::model<net> m{2};

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -247,6 +249,10 @@ TEST_CASE("checkpoint: a manifest field of the wrong JSON type or range is refus
       {{"optimizer", "pending_micro_batches"}, 5000000000LL, "\"pending_micro_batches\" is out of range"},
       {{"loss_scale", "scale"}, 1e300, "\"scale\" is out of a float's range"},
       {{"optimizer", "learning_rate"}, -0.5, "negative learning rate"},
+      {{"optimizer", "learning_rate"}, 1e300, "learning rate in manifest.json out of a float's range"},
+      {{"optimizer", "iterations"}, std::numeric_limits<std::int64_t>::max(), "\"iterations\" is out of range"},
+      {{"training", "epochs_begun"}, std::uint64_t{1} << 60, "\"epochs_begun\" is out of range"},
+      {{"training", "dropout_step"}, std::numeric_limits<std::uint64_t>::max(), "\"dropout_step\" is out of range"},
   };
   for (const auto& c : cases) {
     nlohmann::json bad = good;
@@ -328,4 +334,229 @@ TEST_CASE("checkpoint: a writer killed at random moments always leaves the last 
   tf::io::write_checkpoint(dir.path, next, std::span(&t, 1), {{"format", "typeflow-checkpoint"}, {"format_version", 1}});
   for (const auto& entry : fs::directory_iterator(dir.path))
     CHECK_MESSAGE(entry.path().filename().string().rfind("ckpt-", 0) == 0, "left behind: " << entry.path());
+}
+
+namespace {
+// A pid that belonged to a process now gone: what a killed writer leaves in hidden names.
+long dead_pid() {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+}  // namespace
+
+TEST_CASE("checkpoint: one being replaced never vanishes: an exchange, or the old one read where it was set aside") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_replace");
+  tf::model<net> m{1};
+  compile_adam(m);
+  m.train_on_batch(batch_number(0));
+  const fs::path first = m.save_checkpoint(dir.path);
+  // The same update count again (mixed_float16's skipped steps do this): replaced in place, nothing left beside it.
+  m.parameter("layers.1.bias")[0] = 42.f;
+  CHECK(m.save_checkpoint(dir.path) == first);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-000000000001"});
+  tf::model<net> reader{2};
+  compile_adam(reader);
+  reader.load_checkpoint(dir.path);
+  CHECK(reader.parameter("layers.1.bias")[0] == 42.f);
+
+  // A writer killed between moving the old one aside and putting the new one
+  // in place (on a file system that cannot exchange directories): the old
+  // one is read from where it was set aside, and the next write puts it back.
+  const std::string aside = ".ckpt-000000000001.old-" + std::to_string(dead_pid()) + "-0";
+  fs::rename(first, dir.path / aside);
+  REQUIRE(tf::io::latest_checkpoint(dir.path) == dir.path / aside);
+  tf::model<net> after_kill{3};
+  compile_adam(after_kill);
+  after_kill.load_checkpoint(dir.path);  // before the fix: "holds no checkpoint"
+  CHECK(after_kill.parameter("layers.1.bias")[0] == 42.f);
+  m.train_on_batch(batch_number(1));
+  m.save_checkpoint(dir.path, {.keep = 2});
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-000000000001", "ckpt-000000000002"});
+}
+
+TEST_CASE("checkpoint: a half-removed checkpoint is skipped and cleared, and killed writers' hidden directories go") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_half_removed");
+  tf::model<net> m{1};
+  compile_adam(m);
+  m.train_on_batch(batch_number(0));
+  m.save_checkpoint(dir.path);
+  m.train_on_batch(batch_number(1));
+  const fs::path second = m.save_checkpoint(dir.path);
+  // What an earlier typeflow's removal, killed half-way, left: the manifest without the state.
+  fs::remove(second / "state.safetensors");
+  CHECK(tf::io::latest_checkpoint(dir.path)->filename() == "ckpt-000000000001");
+  tf::model<net> resumed{2};
+  compile_adam(resumed);
+  resumed.load_checkpoint(dir.path);  // before the fix: "cannot open" ckpt-2's state.safetensors
+  CHECK(resumed.iterations() == 1);
+  const long gone = dead_pid();
+  fs::create_directory(dir.path / (".ckpt-000000000002.tmp-" + std::to_string(gone) + "-3"));
+  fs::create_directory(dir.path / (".ckpt-000000000001.dead-" + std::to_string(gone) + "-4"));
+  fs::create_directory(dir.path / "ckpt-000000000009");  // empty: what a removal killed after the files left
+  resumed.train_on_batch(batch_number(1));
+  resumed.save_checkpoint(dir.path);
+  CHECK(names_in(dir.path) == std::vector<std::string>{"ckpt-000000000001", "ckpt-000000000002"});
+  // A directory with something else in it is not a checkpoint's leftover: it stays.
+  fs::create_directory(dir.path / "ckpt-000000000010");
+  std::ofstream(dir.path / "ckpt-000000000010" / "notes.txt") << "mine";
+  resumed.save_checkpoint(dir.path);
+  CHECK(fs::exists(dir.path / "ckpt-000000000010" / "notes.txt"));
+}
+
+TEST_CASE("checkpoint: a save into a directory holding newer checkpoints is refused before anything is written") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_newer");
+  tf::model<net> longer{1};
+  compile_adam(longer);
+  for (int i = 0; i < 5; ++i) {
+    longer.train_on_batch(batch_number(i));
+    longer.save_checkpoint(dir.path);
+  }
+  const auto before = names_in(dir.path);
+  tf::model<net> shorter{1};
+  compile_adam(shorter);
+  shorter.train_on_batch(batch_number(0));
+  shorter.train_on_batch(batch_number(1));
+  // Before the fix: ckpt-2 written, pruned at once as the oldest of four, and its path returned.
+  CHECK_THROWS_WITH_AS(shorter.save_checkpoint(dir.path),
+                       doctest::Contains("holds ckpt-000000000005, newer than this one (ckpt-000000000002"),
+                       std::runtime_error);
+  CHECK(names_in(dir.path) == before);
+}
+
+TEST_CASE("checkpoint: load_checkpoint refuses what the optimizer cannot take before it changes anything") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_nothing_changes");
+  tf::model<net> m{1};
+  compile_adam(m);
+  for (int i = 0; i < 4; ++i) m.train_on_batch(batch_number(i));
+  const fs::path written = m.save_checkpoint(dir.path);
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(written / "manifest.json"));
+  manifest["optimizer"]["pending_micro_batches"] = 1;
+  std::ofstream(written / "manifest.json", std::ios::trunc) << manifest.dump();
+
+  tf::model<net> fresh{7};
+  compile_adam(fresh);
+  const std::vector<float> weights(fresh.parameter_region().begin(), fresh.parameter_region().end());
+  CHECK_THROWS_WITH_AS(fresh.load_checkpoint(dir.path), doctest::Contains("the optimizer does not accumulate"),
+                       std::runtime_error);
+  CHECK(fresh.iterations() == 0);  // before the fix: 4, and the checkpoint's weights
+  CHECK(same_bits(fresh.parameter_region(), weights));
+
+  // accumulate<4> takes at most 3 pending micro-batches.
+  tf_testing::temp_dir accumulated_dir("typeflow_checkpoint_test_nothing_changes_accumulate");
+  const auto compile_accumulating = [](auto& model) {
+    model.compile(tf::optimizers::accumulate<4>(tf::optimizers::adam{.learning_rate = 0.01}),
+                  tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  };
+  tf::model<net> accumulating{1};
+  compile_accumulating(accumulating);
+  for (int i = 0; i < 5; ++i) accumulating.train_on_batch(batch_number(i));
+  const fs::path pending = accumulating.save_checkpoint(accumulated_dir.path);
+  nlohmann::json accumulated = nlohmann::json::parse(std::ifstream(pending / "manifest.json"));
+  CHECK(accumulated["optimizer"]["pending_micro_batches"] == 1);
+  accumulated["optimizer"]["pending_micro_batches"] = 4;
+  std::ofstream(pending / "manifest.json", std::ios::trunc) << accumulated.dump();
+  tf::model<net> accumulating_reader{7};
+  compile_accumulating(accumulating_reader);
+  CHECK_THROWS_WITH_AS(accumulating_reader.load_checkpoint(accumulated_dir.path), doctest::Contains("updates every 4"),
+                       std::runtime_error);
+  CHECK(accumulating_reader.iterations() == 0);
+}
+
+TEST_CASE("checkpoint: a flipped bit in the weights or an optimizer slot fails its CRC-32C, naming the tensor") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_crc");
+  tf::model<net> m{1};
+  compile_adam(m);
+  for (int i = 0; i < 3; ++i) m.train_on_batch(batch_number(i));
+  const fs::path written = m.save_checkpoint(dir.path);
+  const auto manifest = nlohmann::json::parse(std::ifstream(written / "manifest.json"));
+  CHECK(manifest.at("format_version") == 3);
+  CHECK(manifest.at("checksums").size() == 3);  // parameters and Adam's two slots
+  const auto file = tf::io::safetensors_file::read(written / "state.safetensors");
+  for (const char* name : {"parameters", "optimizer.slot.0"}) {
+    CAPTURE(name);
+    const auto data = file.data(name);
+    std::string bytes;
+    {
+      std::ifstream in(written / "state.safetensors", std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string original = bytes;
+    // Find the tensor's bytes in the file by their content, then flip an exponent bit in the middle.
+    const std::string wanted(reinterpret_cast<const char*>(data.data()), data.size());
+    const auto at = bytes.find(wanted);
+    REQUIRE(at != std::string::npos);
+    bytes[at + data.size() / 2 + 3] ^= 0x40;
+    std::ofstream(written / "state.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+    tf::model<net> reader{2};
+    compile_adam(reader);
+    const std::string expected = "the data of \"" + std::string(name) + "\" does not match the CRC-32C";
+    CHECK_THROWS_WITH_AS(reader.load_checkpoint(dir.path), doctest::Contains(expected.c_str()), std::runtime_error);
+    CHECK(reader.iterations() == 0);
+    std::ofstream(written / "state.safetensors", std::ios::binary | std::ios::trunc) << original;
+  }
+  tf::model<net> reader{2};
+  compile_adam(reader);
+  reader.load_checkpoint(dir.path);  // restored: loads again
+  CHECK(reader.iterations() == 3);
+}
+
+TEST_CASE("checkpoint: two processes replacing one checkpoint, and a reader meanwhile, see no error and never nothing") {
+  tf_testing::temp_dir dir("typeflow_checkpoint_test_two_writers");
+  constexpr std::size_t floats = 1 << 14;
+  const auto write = [&](float value) {
+    std::vector<float> values(floats, value);
+    const tf::io::tensor_to_write t{"parameters", "F32", {static_cast<std::int64_t>(floats)}, values.data(),
+                                    floats * sizeof(float)};
+    tf::io::write_checkpoint(dir.path, 1, std::span(&t, 1), {{"format", "typeflow-checkpoint"}, {"format_version", 1}});
+  };
+  write(0.f);
+  std::vector<pid_t> writers;
+  for (int w = 1; w <= 2; ++w) {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // before the fix: "cannot move the old ... aside", "Directory not empty"
+      int code = 0;
+      try {
+        for (int i = 0; i < 40; ++i) write(static_cast<float>(w));
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    writers.push_back(child);
+  }
+  int reads = 0, missing = 0, torn = 0;
+  for (int i = 0; i < 200; ++i) {  // before the fix: now and then "holds no checkpoint"
+    try {
+      const auto read = tf::io::read_checkpoint(dir.path);
+      const auto bytes = read.tensors.data("parameters");
+      std::vector<float> values(floats);
+      std::memcpy(values.data(), bytes.data(), bytes.size());
+      torn += !std::all_of(values.begin(), values.end(), [&](float v) { return v == values[0]; });
+      ++reads;
+    } catch (const std::exception& e) {
+      if (missing++ == 0) MESSAGE("the first failed read: " << std::string(e.what()));
+    }
+  }
+  for (const pid_t child : writers) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "a writer failed");
+  }
+  CHECK(missing == 0);
+  CHECK(torn == 0);
+  CHECK(reads == 200);
+  write(3.f);  // tidies whatever the writers left
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    CHECK_MESSAGE(entry.path().filename() == "ckpt-000000000001", "left behind: " << entry.path());
 }

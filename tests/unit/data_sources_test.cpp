@@ -290,6 +290,22 @@ TEST_CASE("a csv label that is not an integer class id is an error naming the li
   CHECK(contains(message, "line 2"));
   CHECK(contains(message, "column 3"));
   CHECK(contains(message, "\"1.5\" is not an integer class id"));
+  // Negative ids are no class (before: -1 was read as a label, and trained on).
+  for (const char* negative : {"-1", "-2147483648", "-3.0"}) {
+    CAPTURE(negative);
+    write_text(dir.path / "negative.csv", std::string("1,2,0\n3,4,") + negative + "\n");
+    CHECK(contains(message_of<std::runtime_error>([&] { data::csv<3>(dir.path / "negative.csv", 2); }),
+                   "is not an integer class id, 0 or more"));
+  }
+}
+
+TEST_CASE("a csv field of 10 MB that is not a number is quoted by its start and length, not whole") {
+  temp_dir dir;
+  write_text(dir.path / "long.csv", "1,2,0\n3," + std::string(10 << 20, 'x') + ",1\n");
+  const std::string message = message_of<std::runtime_error>([&] { data::csv<3>(dir.path / "long.csv", 2); });
+  CHECK(contains(message, "line 2"));
+  CHECK(contains(message, "xxx...(10485760 bytes)\" is not a number"));
+  CHECK(message.size() < 1000);  // before: 10,485,866 characters
 }
 
 TEST_CASE("a csv line or header with the wrong number of columns is an error naming the line and both counts") {

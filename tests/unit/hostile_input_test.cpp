@@ -314,3 +314,18 @@ TEST_CASE("a cache file whose record count times the record size wraps around 64
                               std::to_string(wrapping) + " records"));
   CHECK(contains(message, "more bytes than 64 bits can count"));
 }
+
+TEST_CASE("a safetensors tensor name of 10 MB is quoted by its start and length in the error, not whole") {
+  tf_testing::temp_dir dir("typeflow_hostile_long_name");
+  const std::string name(10 << 20, 'n');
+  const std::string header = "{\"" + name + "\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  file += header + std::string(4, '\0');
+  std::ofstream(dir.path / "long_name.safetensors", std::ios::binary) << file;
+  const std::string message = message_of<std::runtime_error>(
+      [&] { (void)io::safetensors_file::read(dir.path / "long_name.safetensors"); });
+  CHECK(contains(message, "long_name.safetensors"));
+  CHECK(contains(message, "nnn...(10485760 bytes)"));
+  CHECK(message.size() < 1000);  // before: 10,485,866 characters
+}

@@ -1,12 +1,14 @@
 // The NaN policy: a non-finite loss or gradient stops training before the
 // update, naming the epoch, the batch, the update and the first tensor; with
-// callbacks::terminate_on_nan the run ends cleanly instead.
+// callbacks::terminate_on_nan the run ends cleanly instead. And the other
+// bad value that reaches a loss: a sparse label outside [0, classes).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -169,4 +171,72 @@ TEST_CASE("the NaN policy holds for accumulate<K> between micro-batches and for 
   const std::vector<float> kept(custom.parameter_region().begin(), custom.parameter_region().end());
   CHECK_THROWS_WITH_AS(custom.train_on_batch(b[2]), doctest::Contains("layers.1.kernel"), tf::non_finite_error);
   CHECK(std::memcmp(kept.data(), custom.parameter_region().data(), kept.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("a sparse label below 0 or not below classes is refused before the step: train_on_batch, fit and evaluate") {
+  // Before: class 7 of 3 and -1 trained silently; 1000000000 wrote outside the gradient's row.
+  for (const std::int32_t bad : {3, 7, -1, 1000000000, std::numeric_limits<std::int32_t>::min()}) {
+    CAPTURE(bad);
+    tf::model<net> m{4};
+    compile(m);
+    auto cursor = dataset(false).open(0);
+    decltype(dataset(false))::element_type b;
+    REQUIRE(cursor.next(b));
+    b.labels[5] = bad;
+    const std::vector<float> before(m.parameter_region().begin(), m.parameter_region().end());
+    const std::string expected = "label 5 of the batch is " + std::to_string(bad);
+    CHECK_THROWS_WITH_AS(m.train_on_batch(b), doctest::Contains(expected.c_str()), std::invalid_argument);
+    CHECK(m.iterations() == 0);
+    CHECK(std::memcmp(before.data(), m.parameter_region().data(), before.size() * sizeof(float)) == 0);
+  }
+  std::vector<float> x(batch * 8, 0.5f);
+  std::vector<std::int32_t> y(batch, 1);
+  y[9] = 3;
+  tf::model<net> m{4};
+  compile(m);
+  const auto bad_data = [&] { return tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::batch<batch>; };
+  CHECK_THROWS_WITH_AS(m.fit(bad_data(), {.epochs = 1, .verbose = 0}), doctest::Contains("label 9 of the batch is 3"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(m.evaluate(bad_data()), doctest::Contains("class ids in [0, 3)"), std::invalid_argument);
+}
+
+TEST_CASE("one feature of 1e30 under float32 Adam: fit stops before the update, and the weights are the last good step's") {
+  // Before: the gradient (about 1e30) was finite, so the checks passed, and
+  // Adam's square of it overflowed inside the update: weights of NaN and inf.
+  std::vector<float> x(batch * batches * 8);
+  std::vector<std::int32_t> y(batch * batches);
+  const tf::random_stream rng{5, 1};
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 2.f * rng.uniform(i) - 1.f;
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>(i % 3);
+  x[(2 * batch + 5) * 8 + 3] = 1e30f;  // batch 3
+  tf::model<net> m{3}, clean{3};
+  compile(m);
+  compile(clean);
+  try {
+    m.fit(tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::batch<batch>, {.epochs = 1, .verbose = 0});
+    FAIL("fit updated with a gradient whose square overflows");
+  } catch (const tf::non_finite_error& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find("fit: epoch 1, batch 3 (update 3): the gradient of layers.1.kernel is too large to update with") == 0);
+  }
+  CHECK(all_finite(m.parameter_region()));
+  CHECK(m.iterations() == 2);
+  auto cursor = (tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::batch<batch>).open(0);
+  decltype(dataset(false))::element_type b;
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(cursor.next(b));
+    clean.train_on_batch(b);
+  }
+  const auto p = m.parameter_region(), c = clean.parameter_region();
+  CHECK(std::memcmp(p.data(), c.data(), p.size_bytes()) == 0);
+}
+
+TEST_CASE("evaluate on a dataset that gives no samples is refused, not reported as loss 0") {
+  tf::model<net> m{4};
+  compile(m);
+  const std::vector<float> x;
+  const std::vector<std::int32_t> y;
+  CHECK_THROWS_WITH_AS(m.evaluate(tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::batch<batch>),
+                       doctest::Contains("the dataset gave no samples"), std::invalid_argument);
 }

@@ -9,11 +9,14 @@
 // scripts/setup.sh to fetch them.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -387,4 +390,63 @@ TEST_CASE("gpt2_tokenizer: load names the line of a malformed merge in vocab.bpe
   // CRLF line ends and a missing final newline are fine.
   CHECK(load_error("#version: 0.2\r\na b\r\nab c") == "");
   CHECK(text::gpt2_tokenizer::load(dir.path).encode("abc") == ids{257});
+}
+
+namespace {
+// encoder.py's bpe() as written: rescan the word for its lowest-ranked pair,
+// merge every occurrence left to right, repeat. Quadratic; the reference.
+std::vector<std::int32_t> bpe_as_encoder_py(std::vector<std::int32_t> word, const typeflow::text::detail::bpe_merges& merges) {
+  while (word.size() >= 2) {
+    const typeflow::text::detail::bpe_merge_rule* best = nullptr;
+    std::uint64_t best_key = 0;
+    for (std::size_t i = 0; i + 1 < word.size(); ++i) {
+      const auto key = typeflow::text::detail::bpe_pair_key(word[i], word[i + 1]);
+      const auto found = merges.find(key);
+      if (found != merges.end() && (!best || found->second.rank < best->rank)) best = &found->second, best_key = key;
+    }
+    if (!best) break;
+    std::vector<std::int32_t> merged;
+    for (std::size_t i = 0; i < word.size();) {
+      if (i + 1 < word.size() && typeflow::text::detail::bpe_pair_key(word[i], word[i + 1]) == best_key) {
+        merged.push_back(best->merged);
+        i += 2;
+      } else {
+        merged.push_back(word[i++]);
+      }
+    }
+    word = std::move(merged);
+  }
+  return word;
+}
+}  // namespace
+
+TEST_CASE("gpt2_tokenizer: the heap's bpe merges as encoder.py's loop does, on random merge tables and words") {
+  // Three letters and the tokens merges make of them, with random ranks:
+  // ties between overlapping occurrences ("aaa"), merges whose result ranks
+  // lower than the pair that made it ("abab" -> "ab" "ab" or "aba" "b"),
+  // chains of merges of merges.
+  std::mt19937 rng(11);
+  for (int table = 0; table < 40; ++table) {
+    typeflow::text::detail::bpe_merges merges;
+    std::vector<std::int32_t> ids{0, 1, 2};
+    std::vector<std::int32_t> ranks(30);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    std::shuffle(ranks.begin(), ranks.end(), rng);
+    for (std::int32_t r : ranks) {
+      const std::int32_t a = ids[rng() % ids.size()], b = ids[rng() % ids.size()];
+      const auto key = typeflow::text::detail::bpe_pair_key(a, b);
+      if (merges.contains(key)) continue;
+      const std::int32_t merged = 100 + static_cast<std::int32_t>(merges.size());
+      merges.emplace(key, typeflow::text::detail::bpe_merge_rule{r, merged});
+      ids.push_back(merged);
+    }
+    for (int w = 0; w < 300; ++w) {
+      std::vector<std::int32_t> word(rng() % 40);
+      for (auto& t : word) t = static_cast<std::int32_t>(rng() % 3);
+      std::vector<std::int32_t> heap_result = word;
+      typeflow::text::detail::bpe_merge(heap_result, merges);
+      const auto expected = bpe_as_encoder_py(word, merges);
+      REQUIRE(heap_result == expected);
+    }
+  }
 }

@@ -24,7 +24,6 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/train/callback.hpp"
@@ -82,9 +81,7 @@ class backup_and_restore : public callback {
 
   void on_train_end(const logs&) override {
     if (!options_.delete_checkpoint || !model() || !model()->is_chief()) return;
-    std::error_code ec;
-    for (const auto& c : io::list_checkpoints(dir_)) std::filesystem::remove_all(c, ec);
-    std::filesystem::remove(dir_, ec);  // only when nothing else is in it
+    io::remove_checkpoints(dir_);  // each out of its name before it goes; dir_ too when empty
   }
 
   std::string_view state_name() const override { return "backup_and_restore"; }

@@ -21,8 +21,11 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "typeflow/callbacks/monitor.hpp"
+#include "typeflow/core/excerpt.hpp"
 #include "typeflow/train/callback.hpp"
 
 namespace typeflow::callbacks {
@@ -39,41 +42,82 @@ struct model_checkpoint_options {
 
 namespace detail {
 
+// A placeholder's spec as a printf format: Python's subset that Keras's
+// file paths use, [flags][width][.precision][type], flags from "-+ 0#",
+// width and precision of at most two digits, type one of `types`
+// (`fallback` when absent). Nothing else reaches printf: not '%n', '*',
+// length modifiers or a '%' of the user's.
+inline std::string printf_format(const std::string& field, const std::string& spec, std::string_view types,
+                                 char fallback) {
+  std::size_t i = 0;
+  while (i < spec.size() && std::string_view("-+ 0#").find(spec[i]) != std::string_view::npos) ++i;
+  const auto digits = [&] {
+    const std::size_t start = i;
+    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') ++i;
+    return i - start;
+  };
+  bool good = i <= 5 && digits() <= 2;
+  if (good && i < spec.size() && spec[i] == '.') {
+    ++i;
+    const std::size_t precision = digits();
+    good = precision >= 1 && precision <= 2;
+  }
+  char type = fallback;
+  if (good && i < spec.size()) type = spec[i++];
+  if (!good || i != spec.size() || types.find(type) == std::string_view::npos)
+    throw std::invalid_argument("model_checkpoint: {" + excerpt(field) + "}: \"" + excerpt(spec) +
+                                "\" is not a spec of the form [flags][width][.precision][type] with a type of \"" +
+                                std::string(types) + "\" (e.g. 02d, .4f)");
+  const std::string body = spec.substr(0, spec.empty() || types.find(spec.back()) == std::string_view::npos
+                                               ? spec.size()
+                                               : spec.size() - 1);
+  return "%" + body + (type == 'd' ? std::string("lld") : std::string(1, type));
+}
+
+// Each {name} or {name:spec} of a file path: its name, spec and printf format.
+struct placeholder {
+  std::size_t begin = 0, end = 0;  // pattern[begin, end) is "{...}"
+  std::string name, format;
+};
+inline std::vector<placeholder> placeholders(const std::string& pattern) {
+  std::vector<placeholder> found;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '{') continue;
+    const std::size_t close = pattern.find('}', i);
+    if (close == std::string::npos)
+      throw std::invalid_argument("model_checkpoint: an unclosed '{' in the file path \"" + excerpt(pattern) + "\"");
+    const std::string field = pattern.substr(i + 1, close - i - 1);
+    const std::size_t colon = field.find(':');
+    placeholder p{i, close + 1, field.substr(0, colon), ""};
+    const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
+    const bool whole = p.name == "epoch" || p.name == "batch";
+    p.format = whole ? printf_format(field, spec, "d", 'd') : printf_format(field, spec, "feg", 'g');
+    found.push_back(std::move(p));
+    i = close;
+  }
+  return found;
+}
+
 // filepath with {name} and {name:spec} replaced: epoch (1-based), batch, or a logged value.
 inline std::string format_filepath(const std::string& pattern, int epoch, std::int64_t batch, const logs& l) {
   std::string out;
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '{') {
-      out += pattern[i];
-      continue;
-    }
-    const std::size_t close = pattern.find('}', i);
-    if (close == std::string::npos)
-      throw std::invalid_argument("model_checkpoint: an unclosed '{' in the file path \"" + pattern + "\"");
-    const std::string field = pattern.substr(i + 1, close - i - 1);
-    const std::size_t colon = field.find(':');
-    const std::string name = field.substr(0, colon), spec = colon == std::string::npos ? "" : field.substr(colon + 1);
-    char text[128];
-    if (name == "epoch" || name == "batch") {
-      const long long v = name == "epoch" ? epoch + 1 : batch;
-      const std::string format = "%" + (spec.empty() ? std::string("d") : spec);
-      if (format.back() != 'd')
-        throw std::invalid_argument("model_checkpoint: {" + field + "} takes an integer spec such as 02d");
-      std::snprintf(text, sizeof text, (format.substr(0, format.size() - 1) + "lld").c_str(), v);
+  std::size_t at = 0;
+  for (const placeholder& p : placeholders(pattern)) {
+    out.append(pattern, at, p.begin - at);
+    at = p.end;
+    char text[160];  // width and precision are at most 99: a double's %99.99f fits
+    if (p.name == "epoch" || p.name == "batch") {
+      std::snprintf(text, sizeof text, p.format.c_str(), p.name == "epoch" ? static_cast<long long>(epoch) + 1 : static_cast<long long>(batch));
     } else {
-      const auto v = l.get(name);
+      const auto v = l.get(p.name);
       if (!v)
-        throw std::invalid_argument("model_checkpoint: the file path \"" + pattern + "\" names \"" + name +
-                                    "\", which is not in the logs");
-      const std::string format = "%" + (spec.empty() ? std::string("g") : spec);
-      const char kind = format.back();
-      if (kind != 'f' && kind != 'e' && kind != 'g')
-        throw std::invalid_argument("model_checkpoint: {" + field + "} takes a float spec such as .4f");
-      std::snprintf(text, sizeof text, format.c_str(), *v);
+        throw std::invalid_argument("model_checkpoint: the file path \"" + excerpt(pattern) + "\" names \"" +
+                                    excerpt(p.name) + "\", which is not in the logs");
+      std::snprintf(text, sizeof text, p.format.c_str(), *v);
     }
     out += text;
-    i = close;
   }
+  out.append(pattern, at, std::string::npos);
   return out;
 }
 
@@ -85,6 +129,7 @@ class model_checkpoint : public callback {
       : filepath_(filepath.string()), options_(std::move(options)),
         value_(options_.monitor, options_.mode, 0.0, "model_checkpoint"), best_(options_.initial_value_threshold) {
     if (options_.save_freq < 0) throw std::invalid_argument("model_checkpoint: save_freq must be 0 (each epoch) or positive");
+    (void)detail::placeholders(filepath_);  // a bad spec is refused here, not mid-fit
   }
 
   std::optional<double> best() const noexcept { return best_; }

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "typeflow/core/excerpt.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/from_tensor_slices.hpp"
 #include "typeflow/data/read_file.hpp"
@@ -87,7 +88,7 @@ class csv_dataset {
     if (!field.empty() && field.front() == '+') field.remove_prefix(1);
     if (field.empty()) return false;
     const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
-    if (error == std::errc{} && end == field.data() + field.size()) return true;
+    if (error == std::errc{} && end == field.data() + field.size()) return value >= 0;  // a class id is never negative
     double as_double = 0;  // "3.0" is the integer 3
     const auto [d_end, d_error] = std::from_chars(field.data(), field.data() + field.size(), as_double);
     if (d_error != std::errc{} || d_end != field.data() + field.size()) return false;
@@ -95,7 +96,7 @@ class csv_dataset {
         as_double > std::numeric_limits<std::int32_t>::max())
       return false;
     value = static_cast<std::int32_t>(as_double);
-    return true;
+    return value >= 0;
   }
 
   static samples parse(const std::filesystem::path& path, int label_column, bool has_header) {
@@ -146,12 +147,12 @@ class csv_dataset {
         const std::size_t field_offset = offset + static_cast<std::size_t>(fields[column].data() - line.data());
         const auto bad = [&](const char* what) {
           return fail(line_number, field_offset,
-                      "column " + std::to_string(column + 1) + ": \"" + std::string(field) + "\" " + what);
+                      "column " + std::to_string(column + 1) + ": \"" + excerpt(field) + "\" " + what);
         };
         if (column == label_column) {
           Label label{};
           if constexpr (std::is_same_v<Label, std::int32_t>) {
-            if (!parse_class_id(field, label)) throw bad("is not an integer class id (the label column)");
+            if (!parse_class_id(field, label)) throw bad("is not an integer class id, 0 or more (the label column)");
           } else {
             if (!parse_float(field, label)) throw bad("is not a number (the label column)");
           }

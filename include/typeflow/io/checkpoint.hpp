@@ -2,17 +2,30 @@
 //
 //   <dir>/ckpt-000000001200/state.safetensors   the tensors (weights, optimizer slots)
 //   <dir>/ckpt-000000001200/manifest.json       the rest: format version, what model it
-//                                               is for, counters, the loss-scale state
+//                                               is for, counters, the loss-scale state,
+//                                               and each tensor's CRC-32C
 //
 // The number is the update count (the model's iterations) when it was
-// written. A checkpoint is written into a temporary directory beside the
-// others ("<dir>/.ckpt-<n>.tmp-<pid>-<k>"), each file fsync'ed, the
-// temporary directory fsync'ed, renamed to its final name and <dir>
-// fsync'ed: a crash at any moment leaves every complete checkpoint as it was
-// and at worst a temporary directory, which the next write removes when the
-// process that made it is gone. Then all but the newest `keep` are removed.
-// Reading takes the newest complete one (the one with the highest number
-// whose manifest is there).
+// written. A checkpoint is complete when both files are there; it only ever
+// appears under its final name complete, and leaves it whole:
+//   - written into a temporary directory beside the others
+//     ("<dir>/.ckpt-<n>.tmp-<pid>-<k>"), each file fsync'ed, the directory
+//     fsync'ed, then renamed to its final name and <dir> fsync'ed;
+//   - one of the same number (mixed_float16's skipped steps repeat numbers)
+//     is replaced by exchanging the two directories in one rename
+//     (renameat2's RENAME_EXCHANGE), so that a reader sees the old or the
+//     new, never neither; where the file system cannot exchange, the old one
+//     is moved aside first (".ckpt-<n>.old-<pid>-<k>"), and readers take it
+//     while the new one is not in place;
+//   - removed (pruned, or deleted by backup_and_restore) by renaming it to
+//     ".ckpt-<n>.dead-<pid>-<k>" first, then removing that.
+// A crash at any moment leaves every complete checkpoint loadable and at
+// worst hidden directories, which the next write clears once the process
+// that made them is gone (a checkpoint moved aside by a dead writer is put
+// back). A save is refused when the directory already holds a newer
+// checkpoint: the loaders would take that one, and pruning would remove the
+// new one at once. Reading takes the newest complete one and checks each
+// tensor against the CRC-32C its manifest recorded.
 #pragma once
 
 #include <algorithm>
@@ -36,14 +49,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "typeflow/core/excerpt.hpp"
+#include "typeflow/io/crc32c.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/compiled.hpp"
 
 namespace typeflow::io {
 
 // 2: "fit" and the optimizer's "learning_rate" (train/checkpointing.hpp);
-// version 1 checkpoints, which have neither, are read too.
-inline constexpr int checkpoint_format_version = 2;
+// 3: "checksums", each tensor's CRC-32C. Versions 1 and 2 are read too.
+inline constexpr int checkpoint_format_version = 3;
 inline constexpr int oldest_checkpoint_format_version = 1;
 
 namespace detail {
@@ -72,29 +87,171 @@ inline void fsync_path(const std::filesystem::path& path, int flags, const std::
                              "\" failed: " + errno_text(errno));
 }
 
-// Removes ".ckpt-*.tmp-<pid>-*" directories whose writer is gone.
-inline void remove_abandoned_checkpoints(const std::filesystem::path& dir) {
-  remove_abandoned(dir, [](const std::string& name) {
-    const auto at = name.find(".tmp-");
-    return name.rfind(".ckpt-", 0) == 0 && at != std::string::npos ? at + 5 : std::size_t{0};
-  });
+// The hidden names beside the checkpoints: ".ckpt-<n>.<kind>-<pid>..." for
+// kind "tmp" (being written, or replaced by an exchange), "old" (moved aside
+// to be replaced) and "dead" (being removed). Returns where the pid starts,
+// or 0 when name is not one of them.
+inline std::size_t hidden_pid_at(const std::string& name, std::string_view kind) {
+  if (name.rfind(".ckpt-", 0) != 0) return 0;
+  const std::string marker = "." + std::string(kind) + "-";
+  const auto at = name.find(marker, 6);
+  return at == std::string::npos ? 0 : at + marker.size();
+}
+
+// The number of ".ckpt-<n>.<kind>-...", or nothing.
+inline std::optional<std::int64_t> hidden_number(const std::string& name) {
+  const auto dot = name.find('.', 1);
+  if (name.rfind(".ckpt-", 0) != 0 || dot == std::string::npos) return std::nullopt;
+  return checkpoint_number(name.substr(1, dot - 1));
+}
+
+inline std::atomic<unsigned>& checkpoint_serial() {
+  static std::atomic<unsigned> serial{0};  // two saves of one process never share a hidden name
+  return serial;
+}
+inline std::string hidden_name(const std::string& name, std::string_view kind) {
+  return "." + name + "." + std::string(kind) + "-" + std::to_string(::getpid()) + "-" + std::to_string(checkpoint_serial()++);
+}
+
+inline bool complete_checkpoint(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path / "manifest.json", ec) &&
+         std::filesystem::is_regular_file(path / "state.safetensors", ec);
+}
+
+// The number of a checkpoint's directory, under its own name or a hidden one.
+inline std::optional<std::int64_t> number_of(const std::filesystem::path& checkpoint) {
+  const std::string name = checkpoint.filename().string();
+  if (const auto n = checkpoint_number(name)) return n;
+  return hidden_number(name);
+}
+
+// Takes a checkpoint out of its name first (so that no reader ever sees it
+// half-removed), then removes it. Gone already (another process retired
+// it): nothing to do.
+inline void retire_checkpoint(const std::filesystem::path& checkpoint) {
+  std::error_code ec;
+  const auto n = number_of(checkpoint);
+  const std::filesystem::path hidden =
+      checkpoint.parent_path() / hidden_name(n ? checkpoint_name(*n) : std::string("ckpt"), "dead");
+  std::filesystem::rename(checkpoint, hidden, ec);
+  if (!ec) std::filesystem::remove_all(hidden, ec);
+}
+
+// Puts dir in order before a write: removes what dead writers left (their
+// temporaries and retired checkpoints), puts back a checkpoint that a dead
+// writer moved aside to replace it when nothing took its place, and retires
+// a ckpt-<n> that holds only some of a checkpoint's two files (what an
+// earlier typeflow's removal, which deleted the state before the manifest,
+// could leave). A directory with anything else in it is not ours to touch.
+inline void tidy_checkpoints(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t at = hidden_pid_at(name, "old");
+    const auto number = hidden_number(name);
+    if (at == 0 || !number) continue;
+    const long pid = std::strtol(name.c_str() + at, nullptr, 10);
+    if (pid == ::getpid() || !process_gone(pid)) continue;
+    std::error_code ignored;
+    const std::filesystem::path final_path = dir / checkpoint_name(*number);
+    if (complete_checkpoint(entry.path()) && !std::filesystem::exists(final_path, ignored))
+      std::filesystem::rename(entry.path(), final_path, ignored);
+    else
+      retire_checkpoint(entry.path());
+  }
+  for (const char* kind : {"tmp", "dead"})
+    remove_abandoned(dir, [&](const std::string& name) { return hidden_pid_at(name, kind); });
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (!checkpoint_number(entry.path().filename().string()) || complete_checkpoint(entry.path())) continue;
+    bool only_ours = true;
+    std::error_code inner;
+    for (const auto& file : std::filesystem::directory_iterator(entry.path(), inner)) {
+      const auto f = file.path().filename();
+      only_ours = only_ours && (f == "manifest.json" || f == "state.safetensors");
+    }
+    if (only_ours && !inner) retire_checkpoint(entry.path());
+  }
+}
+
+// Puts the complete directory `temp` at `final_path`. Where a checkpoint is
+// there already, exchanges the two in one rename and returns where the old
+// one now is (temp's name), for the caller to retire; where the file system
+// cannot exchange, moves the old one aside first.
+inline std::optional<std::filesystem::path> place_checkpoint(const std::filesystem::path& temp,
+                                                             const std::filesystem::path& final_path) {
+  const auto failed = [&](const char* what, int error) {
+    return std::runtime_error("cannot write checkpoint: " + std::string(what) + " \"" + temp.string() + "\" to \"" +
+                              final_path.string() + "\" failed: " + errno_text(error));
+  };
+  // Another process may place or retire the same number meanwhile: each
+  // step that finds the other state again is retried.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) == 0) return std::nullopt;
+    if (errno == EINVAL || errno == ENOSYS) break;  // no renameat2 flags here: the fallback below
+    if (errno != EEXIST && errno != ENOTEMPTY) throw failed("renaming", errno);
+    if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) return temp;
+    if (errno == EINVAL || errno == ENOSYS) break;
+    if (errno != ENOENT) throw failed("exchanging", errno);
+  }
+  // Without RENAME_EXCHANGE: the old one aside (readers take it meanwhile), then the new one in.
+  std::error_code ec;
+  std::optional<std::filesystem::path> aside;
+  if (std::filesystem::exists(final_path, ec)) {
+    aside = final_path.parent_path() / hidden_name(final_path.filename().string(), "old");
+    std::filesystem::rename(final_path, *aside, ec);
+    if (ec == std::errc::no_such_file_or_directory) aside.reset();  // retired by another process meanwhile
+    else if (ec)
+      throw std::runtime_error("cannot write checkpoint: cannot move the old \"" + final_path.string() +
+                               "\" aside: " + ec.message());
+  }
+  std::filesystem::rename(temp, final_path, ec);
+  if (ec) {
+    std::error_code ignored;
+    if (aside) std::filesystem::rename(*aside, final_path, ignored);
+    throw std::runtime_error("cannot write checkpoint: renaming \"" + temp.string() + "\" to \"" +
+                             final_path.string() + "\" failed: " + ec.message());
+  }
+  return aside;
+}
+
+// "%08x" of a CRC.
+inline std::string crc_text(std::uint32_t crc) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
 }
 
 }  // namespace detail
 
-// The complete checkpoints in dir, oldest first.
+// The complete checkpoints in dir, oldest first. A checkpoint moved aside
+// while it is replaced (on a file system that cannot exchange directories)
+// counts while nothing has its name.
 TYPEFLOW_IO_INLINE std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir)
 #if TYPEFLOW_IO_DEFINITIONS
 {
-  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found, aside;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const auto n = detail::checkpoint_number(entry.path().filename().string());
-    if (n && std::filesystem::exists(entry.path() / "manifest.json")) found.emplace_back(*n, entry.path());
+    const std::string name = entry.path().filename().string();
+    if (const auto n = detail::checkpoint_number(name)) {
+      if (detail::complete_checkpoint(entry.path())) found.emplace_back(*n, entry.path());
+    } else if (const auto m = detail::hidden_number(name);
+               m && detail::hidden_pid_at(name, "old") && detail::complete_checkpoint(entry.path())) {
+      aside.emplace_back(*m, entry.path());
+    }
   }
+  for (auto& a : aside)
+    if (std::none_of(found.begin(), found.end(), [&](const auto& f) { return f.first == a.first; }))
+      found.push_back(std::move(a));
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  std::optional<std::int64_t> last;
+  for (auto& f : found) {
+    if (last == f.first) continue;  // two set aside under one number: either is whole
+    last = f.first;
+    out.push_back(std::move(f.second));
+  }
   return out;
 }
 #else
@@ -109,8 +266,11 @@ inline std::optional<std::filesystem::path> latest_checkpoint(const std::filesys
 }
 
 // Writes a checkpoint numbered `number` into dir (created if absent) and
-// keeps the newest `keep` (at least 1). Throws std::runtime_error naming the
-// path and the failing step; whatever was in dir before stays loadable.
+// keeps the newest `keep` (at least 1), never removing the one just
+// written. The manifest gains "checksums", each tensor's CRC-32C. Throws
+// std::runtime_error naming the path and the failing step, or, before
+// writing anything, when dir holds a checkpoint numbered above `number`;
+// whatever was in dir before stays loadable.
 TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem::path& dir, std::int64_t number,
                                                           std::span<const tensor_to_write> tensors,
                                                           const nlohmann::ordered_json& manifest, int keep = 3)
@@ -120,12 +280,24 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot write checkpoint: cannot create \"" + dir.string() + "\": " + ec.message());
-  detail::remove_abandoned_checkpoints(dir);
-
-  static std::atomic<unsigned> serial{0};  // two saves of one process never share a directory
+  detail::tidy_checkpoints(dir);
   const std::string name = detail::checkpoint_name(number);
-  const std::filesystem::path temp =
-      dir / ("." + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
+  if (const auto newest = latest_checkpoint(dir)) {
+    if (detail::number_of(*newest).value_or(0) > number)
+      throw std::runtime_error("cannot write checkpoint: \"" + dir.string() + "\" holds " + newest->filename().string() +
+                               ", newer than this one (" + name + ", update " + std::to_string(number) +
+                               "): loading the directory would take that one, and keeping the newest " +
+                               std::to_string(keep) + " would remove this one at once. Write into another "
+                               "directory, or remove the newer checkpoints first");
+  }
+
+  nlohmann::ordered_json with_checksums = manifest;
+  nlohmann::ordered_json checksums = nlohmann::ordered_json::object();
+  for (const auto& t : tensors)
+    checksums[t.name] = detail::crc_text(crc32c(std::span(static_cast<const std::byte*>(t.data), t.bytes)));
+  with_checksums["checksums"] = std::move(checksums);
+
+  const std::filesystem::path temp = dir / detail::hidden_name(name, "tmp");
   struct temp_guard {
     std::filesystem::path path;
     bool committed = false;
@@ -140,7 +312,7 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
 
   write_safetensors(temp / "state.safetensors", tensors, {{"format", "typeflow-checkpoint"}});
   {
-    const std::string text = manifest.dump(2) + "\n";
+    const std::string text = with_checksums.dump(2) + "\n";
     const std::filesystem::path path = temp / "manifest.json";
     detail::fd_guard file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (file.get() < 0)
@@ -161,32 +333,35 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
   }
   detail::fsync_path(temp, O_RDONLY | O_DIRECTORY, "directory");
 
-  // Into place. A checkpoint of the same number is replaced: moved aside
-  // first (rename cannot replace a non-empty directory), removed after.
   const std::filesystem::path final_path = dir / name;
-  const std::filesystem::path aside = dir / ("." + name + ".old-" + std::to_string(::getpid()));
-  const bool replacing = std::filesystem::exists(final_path);
-  if (replacing) {
-    std::filesystem::remove_all(aside, ec);
-    std::filesystem::rename(final_path, aside, ec);
-    if (ec)
-      throw std::runtime_error("cannot write checkpoint: cannot move the old \"" + final_path.string() +
-                               "\" aside: " + ec.message());
-  }
-  std::filesystem::rename(temp, final_path, ec);
-  if (ec) {
-    if (replacing) std::filesystem::rename(aside, final_path, ec);
-    throw std::runtime_error("cannot write checkpoint: renaming \"" + temp.string() + "\" to \"" +
-                             final_path.string() + "\" failed: " + ec.message());
-  }
+  const std::optional<std::filesystem::path> replaced = detail::place_checkpoint(temp, final_path);
   guard.committed = true;
   detail::fsync_path(dir, O_RDONLY | O_DIRECTORY, "directory");
-  if (replacing) std::filesystem::remove_all(aside, ec);
+  if (replaced) detail::retire_checkpoint(*replaced);
 
-  // The newest `keep` stay.
-  auto all = list_checkpoints(dir);
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) std::filesystem::remove_all(all[i], ec);
+  // The newest `keep` stay, and always the one just written.
+  const auto all = list_checkpoints(dir);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i)
+    if (all[i] != final_path) detail::retire_checkpoint(all[i]);
   return final_path;
+}
+#else
+;
+#endif
+
+// Removes every checkpoint in dir, and the hidden directories that killed
+// writers left there, each taken out of its name before it is removed (so
+// that a kill half-way leaves nothing that looks like a checkpoint), then dir
+// itself when nothing else is in it. What backup_and_restore does when
+// training ends.
+TYPEFLOW_IO_INLINE void remove_checkpoints(const std::filesystem::path& dir)
+#if TYPEFLOW_IO_DEFINITIONS
+{
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return;
+  detail::tidy_checkpoints(dir);
+  for (const auto& c : list_checkpoints(dir)) detail::retire_checkpoint(c);
+  std::filesystem::remove(dir, ec);  // only when nothing else is in it
 }
 #else
 ;
@@ -198,20 +373,11 @@ struct checkpoint_read {
   safetensors_file tensors;
 };
 
-// Reads the newest complete checkpoint in dir (or dir itself, when it is one
-// checkpoint's directory). Throws std::runtime_error naming what is missing
-// or malformed.
-TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint(const std::filesystem::path& dir)
+namespace detail {
+// One checkpoint's directory, read and checked.
+TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint_at(const std::filesystem::path& where)
 #if TYPEFLOW_IO_DEFINITIONS
 {
-  std::filesystem::path where = dir;
-  if (!std::filesystem::exists(dir / "manifest.json")) {
-    const auto latest = latest_checkpoint(dir);
-    if (!latest)
-      throw std::runtime_error("load_checkpoint: \"" + dir.string() +
-                               "\" holds no checkpoint (no ckpt-<n>/manifest.json in it)");
-    where = *latest;
-  }
   const std::filesystem::path manifest_path = where / "manifest.json";
   std::ifstream in(manifest_path);
   if (!in) throw std::runtime_error("load_checkpoint: cannot open \"" + manifest_path.string() + "\"");
@@ -236,10 +402,73 @@ TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint(const std::filesystem::path& 
                              "; this typeflow reads versions " +
                              std::to_string(oldest_checkpoint_format_version) + " to " +
                              std::to_string(checkpoint_format_version));
-  return {where, std::move(manifest), safetensors_file::read(where / "state.safetensors")};
+  safetensors_file tensors = safetensors_file::read(where / "state.safetensors");
+  // Version 3 on: every tensor's CRC-32C, which a flipped bit in the data changes.
+  if (const auto sums = manifest.find("checksums"); sums != manifest.end()) {
+    const std::string file = "\"" + (where / "state.safetensors").string() + "\"";
+    if (!sums->is_object())
+      throw std::runtime_error("load_checkpoint: \"" + manifest_path.string() + "\": \"checksums\" is not an object");
+    for (const auto& t : tensors.tensors()) {
+      const auto recorded = sums->find(t.name);
+      if (recorded == sums->end() || !recorded->is_string())
+        throw std::runtime_error("load_checkpoint: " + file + " holds \"" + excerpt(t.name) +
+                                 "\", which manifest.json records no checksum for");
+      const std::string computed = detail::crc_text(crc32c(tensors.data(t.name)));
+      if (recorded->get<std::string>() != computed)
+        throw std::runtime_error("load_checkpoint: " + file + ": the data of \"" + excerpt(t.name) +
+                                 "\" does not match the CRC-32C that manifest.json recorded (" +
+                                 excerpt(recorded->get<std::string>()) + "; the data gives " + computed +
+                                 "): the file is corrupt");
+    }
+    for (const auto& [name, value] : sums->items())
+      if (!tensors.find(name))
+        throw std::runtime_error("load_checkpoint: " + file + " lacks \"" + excerpt(name) +
+                                 "\", which manifest.json records a checksum for");
+  }
+  return {where, std::move(manifest), std::move(tensors)};
 }
 #else
 ;
 #endif
+}  // namespace detail
+
+// Reads the newest complete checkpoint in dir (or dir itself, when it is one
+// checkpoint's directory). Throws std::runtime_error naming what is missing
+// or malformed.
+TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint(const std::filesystem::path& dir)
+#if TYPEFLOW_IO_DEFINITIONS
+{
+  // The directory a checkpoint's name stands for (its inode), which changes
+  // when a writer exchanges or retires it: a read that overlapped that may
+  // have taken the manifest of one and the state of another, and is done
+  // again (at most a few times: a failure that stays is the file's own).
+  const auto inode_of = [](const std::filesystem::path& path) -> std::uint64_t {
+    struct stat s {};
+    return ::stat(path.c_str(), &s) == 0 ? static_cast<std::uint64_t>(s.st_ino) : 0;
+  };
+  const bool one_checkpoint = std::filesystem::exists(dir / "manifest.json");
+  for (int attempt = 0;; ++attempt) {
+    std::filesystem::path where = dir;
+    if (!one_checkpoint) {
+      const auto latest = latest_checkpoint(dir);
+      if (!latest)
+        throw std::runtime_error("load_checkpoint: \"" + dir.string() +
+                                 "\" holds no checkpoint (no ckpt-<n>/ with manifest.json and state.safetensors in it)");
+      where = *latest;
+    }
+    const std::uint64_t before = inode_of(where);
+    const bool last_try = one_checkpoint || attempt >= 8;
+    try {
+      checkpoint_read read = detail::read_checkpoint_at(where);
+      if (last_try || inode_of(where) == before) return read;
+    } catch (const std::runtime_error&) {
+      if (last_try || inode_of(where) == before) throw;
+    }
+  }
+}
+#else
+;
+#endif
+
 
 }  // namespace typeflow::io

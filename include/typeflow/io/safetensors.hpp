@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include "typeflow/core/excerpt.hpp"
 #include "typeflow/io/compiled.hpp"
 
 namespace typeflow::io {
@@ -135,7 +136,9 @@ inline std::optional<std::uint64_t> tensor_byte_size(std::span<const std::int64_
   return bytes;
 }
 
-inline std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+// A name from the file, quoted in a message: at most its first 120 bytes
+// (a 10 MB tensor name made a message of 10 MB).
+inline std::string quoted(std::string_view text) { return "\"" + excerpt(text) + "\""; }
 
 inline std::string byte_range(std::uint64_t begin, std::uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
@@ -701,7 +704,7 @@ TYPEFLOW_IO_INLINE void check_tensors_match(const safetensors_file& file, std::s
     if (!problems.empty()) mismatches.push_back(want.name + ": " + problems);
   }
   for (const tensor_spec& have : file.tensors())
-    if (!expected_names.contains(have.name)) mismatches.push_back(have.name + ": not in the model");
+    if (!expected_names.contains(have.name)) mismatches.push_back(excerpt(have.name) + ": not in the model");
   if (mismatches.empty()) return;
 
   std::string message = "safetensors file \"" + file.path().string() + "\" does not match the model (" +

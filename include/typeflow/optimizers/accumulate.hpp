@@ -33,8 +33,9 @@ struct accumulated {
   double learning_rate(std::int64_t step) const { return inner.learning_rate(step); }
 
   // Returns whether this micro-batch completed an update.
-  // With a.non_finite set, a micro-batch with a non-finite gradient adds
-  // nothing (and sets it), so the accumulator stays finite.
+  // With a.non_finite set, a micro-batch with a gradient that is not
+  // finite, or above largest_gradient, adds nothing (and sets it), so the
+  // accumulator stays finite.
   bool accumulate_and_update(const update_arguments& a) {
     float* sum = a.slots[inner.slot_count()];
     float* g = a.grads;
@@ -42,7 +43,7 @@ struct accumulated {
       int bad = 0;
       const std::ptrdiff_t n = a.floats;
 #pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
-      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !(g[i] - g[i] == 0.f);
+      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !updatable(g[i]);
       *a.non_finite = bad != 0;
       if (bad) return false;
     }

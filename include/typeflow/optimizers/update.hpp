@@ -62,6 +62,17 @@ constexpr bool decays(decay_scope scope, param_kind kind) {
 }
 
 // Everything one update needs; built once per model, reused every step.
+// The largest gradient magnitude the NaN policy lets an update use, 2^60:
+// below it no rule's arithmetic can overflow (Adam's and RMSprop's squares
+// stay under 2^120, SGD's step under 2^60 times the rate). A finite gradient
+// of 1e30 (one feature of 1e30) passed the finiteness check, and Adam's
+// square of it made weights of inf and NaN inside the update.
+inline constexpr float largest_gradient = 1152921504606846976.f;  // 2^60
+
+// Whether a gradient value may reach an update: finite and at most
+// largest_gradient in magnitude (NaN fails the comparison).
+inline bool updatable(float g) noexcept { return __builtin_fabsf(g) <= largest_gradient; }
+
 struct update_arguments {
   float* weights = nullptr;
   float* grads = nullptr;             // clipped in place
@@ -70,9 +81,10 @@ struct update_arguments {
   std::span<const parameter_tensor> tensors;
   std::int64_t iteration = 1;         // 1-based: this update's number
   // The NaN policy (train/non_finite.hpp), when set: the update's own pass
-  // first reads every gradient and, if one is not finite, changes nothing
-  // and sets *non_finite to 1 (else 0). Fused so that the check costs one
-  // more read of data the update reads next, not a pass of its own.
+  // first reads every gradient and, if one is not finite or above
+  // largest_gradient, changes nothing and sets *non_finite to 1 (else 0).
+  // Fused so that the check costs one more read of data the update reads
+  // next, not a pass of its own.
   int* non_finite = nullptr;
   // When set, parallel to `tensors`: the bf16 copy of each tensor that the
   // pass writes as it updates it (nullptr: none), e.g. the copies native
@@ -262,7 +274,7 @@ void run_update(const update_arguments& a, const segment_plan& plan, const Rule&
     if (check) {
       // The for's barrier makes the verdict every thread's before any update.
 #pragma omp for simd schedule(static) reduction(| : bad)
-      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !(g[i] - g[i] == 0.f);  // inf - inf and NaN are NaN
+      for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !updatable(g[i]);
     }
     if (!bad) {
       const Rule local = rule;  // each thread its own copy, as parallel_for

@@ -62,6 +62,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -218,6 +219,74 @@ class gpt2_regex {
   pcre2_code_8* code_ = nullptr;
 };
 
+// vocab.bpe's merges: (first id << 32 | second id) -> its rank (its line,
+// counted from 0 after the #version line) and the token the pair becomes.
+struct bpe_merge_rule {
+  std::int32_t rank;
+  std::int32_t merged;
+};
+using bpe_merges = std::unordered_map<std::uint64_t, bpe_merge_rule>;
+inline std::uint64_t bpe_pair_key(std::int32_t first, std::int32_t second) noexcept {
+  return std::uint64_t{static_cast<std::uint32_t>(first)} << 32 | static_cast<std::uint32_t>(second);
+}
+
+// encoder.py's bpe() on a word of token ids, in place: merge the
+// lowest-ranked adjacent pair, every occurrence left to right, until no
+// adjacent pair is a merge. Rescanning the word for each merge, as
+// encoder.py does, was quadratic in a piece's length (a 1 MB run of
+// letters took 79 s); here the pairs wait in a heap by (rank, position)
+// over a linked list of the word's tokens, so each merge costs a few heap
+// operations. All occurrences of one rank are merged before any pair that
+// those merges made (which may rank lower): encoder.py's order, and so its
+// result, exactly (tests/unit/tokenizer_test.cpp replays encoder.py's loop
+// against it).
+inline void bpe_merge(std::vector<std::int32_t>& word, const bpe_merges& merges) {
+  const std::size_t n = word.size();
+  if (n < 2) return;
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> next(n), previous(n);
+  for (std::size_t i = 0; i < n; ++i) next[i] = i + 1 < n ? i + 1 : none, previous[i] = i == 0 ? none : i - 1;
+  std::vector<bool> alive(n, true);
+  struct candidate {
+    std::int32_t rank;
+    std::size_t left;  // the pair's first token's position; the second is next[left]
+    std::int32_t first, second, merged;
+    bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<candidate, std::vector<candidate>, std::greater<>> heap;
+  const auto offer = [&](std::size_t left) {
+    if (left == none || next[left] == none) return;
+    const auto found = merges.find(bpe_pair_key(word[left], word[next[left]]));
+    if (found != merges.end())
+      heap.push({found->second.rank, left, word[left], word[next[left]], found->second.merged});
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) offer(i);
+  std::vector<std::size_t> touched;
+  while (!heap.empty()) {
+    const std::int32_t rank = heap.top().rank;
+    touched.clear();
+    while (!heap.empty() && heap.top().rank == rank) {  // left to right: the heap orders by position
+      const candidate c = heap.top();
+      heap.pop();
+      const std::size_t right = next[c.left];
+      if (!alive[c.left] || right == none || word[c.left] != c.first || word[right] != c.second) continue;  // stale
+      word[c.left] = c.merged;
+      alive[right] = false;
+      next[c.left] = next[right];
+      if (next[right] != none) previous[next[right]] = c.left;
+      touched.push_back(c.left);
+    }
+    // The pairs these merges made, offered only now: none of them is this rank's pair.
+    for (const std::size_t at : touched) {
+      offer(previous[at]);
+      offer(at);
+    }
+  }
+  std::size_t out = 0;
+  for (std::size_t i = 0; i != none; i = next[i]) word[out++] = word[i];
+  word.resize(out);
+}
+
 }  // namespace detail
 
 class gpt2_tokenizer {
@@ -293,15 +362,10 @@ class gpt2_tokenizer {
  private:
   static constexpr std::size_t max_cache_entries = std::size_t{1} << 20;
 
-  struct merge {
-    std::int32_t rank;    // its line in vocab.bpe, counted from 0 after the #version line
-    std::int32_t merged;  // the token the pair becomes
-  };
-
   struct state {
     std::vector<std::string> tokens;  // id -> bytes
     std::array<std::int32_t, 256> byte_token{};  // byte -> the id of the one-byte token
-    std::unordered_map<std::uint64_t, merge> merges;  // (first id << 32 | second id) -> merge
+    detail::bpe_merges merges;
     std::int32_t end_of_text = -1;
     detail::gpt2_regex regex;
     std::mutex cache_mutex;
@@ -310,38 +374,11 @@ class gpt2_tokenizer {
 
   explicit gpt2_tokenizer(std::shared_ptr<state> tables) : state_(std::move(tables)) {}
 
-  static std::uint64_t pair_key(std::int32_t first, std::int32_t second) noexcept {
-    return std::uint64_t{static_cast<std::uint32_t>(first)} << 32 | static_cast<std::uint32_t>(second);
-  }
-
-  // encoder.py's bpe(): merge the lowest-ranked adjacent pair, every
-  // occurrence left to right, until no adjacent pair is a merge.
+  // encoder.py's bpe() over one piece (detail::bpe_merge).
   void bpe(std::string_view piece, std::vector<std::int32_t>& word) const {
     word.clear();
     for (char c : piece) word.push_back(state_->byte_token[static_cast<unsigned char>(c)]);
-    while (word.size() >= 2) {
-      const merge* best = nullptr;
-      std::uint64_t best_key = 0;
-      for (std::size_t i = 0; i + 1 < word.size(); ++i) {
-        const std::uint64_t key = pair_key(word[i], word[i + 1]);
-        const auto found = state_->merges.find(key);
-        if (found != state_->merges.end() && (!best || found->second.rank < best->rank)) {
-          best = &found->second;
-          best_key = key;
-        }
-      }
-      if (!best) break;
-      std::size_t out = 0;
-      for (std::size_t i = 0; i < word.size(); ++out) {
-        if (i + 1 < word.size() && pair_key(word[i], word[i + 1]) == best_key) {
-          word[out] = best->merged;
-          i += 2;
-        } else {
-          word[out] = word[i++];
-        }
-      }
-      word.resize(out);
-    }
+    detail::bpe_merge(word, state_->merges);
   }
 
   [[noreturn]] static void file_error(const std::filesystem::path& path, const std::string& what) {
@@ -467,11 +504,11 @@ class gpt2_tokenizer {
       if (merged == id_of.end())
         file_error(path, where + "the merge \"" + std::string(line) + "\" makes \"" + std::string(parts[0]) +
                              std::string(parts[1]) + "\", which encoder.json lacks");
-      const std::uint64_t key = pair_key(ids[0], ids[1]);
+      const std::uint64_t key = detail::bpe_pair_key(ids[0], ids[1]);
       if (const auto [previous, inserted] = line_of.emplace(key, line_number); !inserted)
         file_error(path, where + "the merge \"" + std::string(line) + "\" repeats line " +
                              std::to_string(previous->second));
-      s.merges.emplace(key, merge{rank++, merged->second});
+      s.merges.emplace(key, detail::bpe_merge_rule{rank++, merged->second});
     }
     if (line_number == 0) file_error(path, "is empty");
   }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -179,11 +180,32 @@ TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::
     c.engine.loss_scale.dynamic = io::whole_number<std::int32_t>(ls, "dynamic");
     c.engine.loss_scale.growth_steps = io::whole_number<std::int32_t>(ls, "growth_steps");
     c.engine.loss_scale.finite_steps = io::whole_number<std::int32_t>(ls, "finite_steps");
-    if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0)
+    if (c.iterations < 0 || c.pending_micro_batches < 0 || c.batch_size < 0 || c.engine.loss_scale.skipped < 0)
       throw fail("has a negative counter in manifest.json");
+    // Counters that training adds to: above these they would overflow (or,
+    // in the schedules' doubles, stop counting) within any run's length.
+    const auto at_most = [&](const char* field, auto value, std::uint64_t most) {
+      if (static_cast<std::uint64_t>(value) > most)
+        throw fail("has a manifest.json whose \"" + std::string(field) + "\" is out of range: " +
+                   std::to_string(value) + " (at most " + std::to_string(most) + ")");
+    };
+    constexpr std::uint64_t exact_in_double = std::uint64_t{1} << 53;
+    at_most("iterations", c.iterations, exact_in_double);
+    at_most("epochs_begun", c.epochs_begun, exact_in_double);
+    at_most("dropout_step", c.engine.dropout_step, std::uint64_t{1} << 62);
+    at_most("skipped", c.engine.loss_scale.skipped, exact_in_double);
+    const auto& state = c.engine.loss_scale;
+    if (state.skip_non_finite != 0 && !(state.loss_scale > 0.f))
+      throw fail("has a manifest.json whose loss \"scale\" is not positive: " + std::to_string(state.loss_scale));
+    if (state.dynamic != 0 && (state.growth_steps < 1 || state.finite_steps < 0 || state.finite_steps > state.growth_steps))
+      throw fail("has a manifest.json whose dynamic loss scale's \"growth_steps\" (" +
+                 std::to_string(state.growth_steps) + ") or \"finite_steps\" (" + std::to_string(state.finite_steps) +
+                 ") is out of range");
     if (o.contains("learning_rate")) {
       const double rate = o.at("learning_rate").get<double>();
       if (!(rate >= 0.0)) throw fail("has a negative learning rate in manifest.json");
+      if (!(rate <= static_cast<double>(std::numeric_limits<float>::max())))
+        throw fail("has a learning rate in manifest.json out of a float's range: " + o.at("learning_rate").dump());
       c.learning_rate = rate;
     }
     if (o.contains("ema_in_weights")) c.ema_in_weights = o.at("ema_in_weights").get<bool>();

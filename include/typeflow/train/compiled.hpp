@@ -46,6 +46,9 @@ struct optimizer_base {
   // checkpoint keeps them; the accumulator is one of the slots).
   virtual int pending_micro_batches() const = 0;
   virtual void restore_pending_micro_batches(int n) = 0;
+  // K for accumulate<K>, 1 for an optimizer that updates every batch: at
+  // most K - 1 micro-batches can be pending.
+  virtual int micro_batches_per_update() const = 0;
   // Keras's model.optimizer.learning_rate = rate (optimizers/learning_rate_field.hpp),
   // and the constant rate it holds, if it holds one (a checkpoint keeps it).
   virtual void set_learning_rate(double rate) = 0;
@@ -104,6 +107,12 @@ struct optimizer_holder final : optimizer_base {
     else if (n != 0)
       throw std::invalid_argument("load_checkpoint: the checkpoint holds " + std::to_string(n) +
                                   " accumulated micro-batches, but the optimizer does not accumulate");
+  }
+  int micro_batches_per_update() const override {
+    if constexpr (requires { Optimizer::steps; })
+      return Optimizer::steps;
+    else
+      return 1;
   }
   void set_learning_rate(double rate) override { optimizers::set_constant_learning_rate(optimizer, Optimizer::name, rate); }
   std::optional<double> constant_learning_rate() const override {

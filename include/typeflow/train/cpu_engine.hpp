@@ -126,7 +126,7 @@ class engine<Net, Policy, Strategy, cpu> {
     batch_type batch;
     auto cursor = data.open(0);
     run_.training = false;
-    while (cursor.next(batch)) {
+    while (cursor.next(batch)) {  // labels, if the dataset has any, are not read
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       program.forward();
       const float* out = program.output();
@@ -231,6 +231,7 @@ class engine<Net, Policy, Strategy, cpu> {
   // One optimisation step on a full batch, on one replica or on all.
   template <class Batch>
   double step_on(const Batch& batch) {
+    check_labels(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
     if constexpr (replica_count == 1) {
       auto& program = program_for<Batch::size>();
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
@@ -287,7 +288,7 @@ class engine<Net, Policy, Strategy, cpu> {
     if constexpr (!loss_scaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
       // The optimizer's own pass checks the gradients where it can (update.hpp).
-      if (!training_.optimizer->checks_non_finite() && !all_finite_parallel(grads, Net::trainable_floats))
+      if (!training_.optimizer->checks_non_finite() && !all_updatable_parallel(grads, Net::trainable_floats))
         throw non_finite_gradient<Net>(grads);
     }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
@@ -353,6 +354,26 @@ class engine<Net, Policy, Strategy, cpu> {
     return copy_table_.data();
   }
 
+  // Sparse labels are class ids: one outside [0, classes) trained silently
+  // on another class, or wrote outside its row (the loss's gradient at the
+  // label). Checked over the rows the loss reads, before anything of the
+  // step runs: one pass over a batch's ids.
+  template <class Label>
+  static void check_labels(const Label* labels, std::ptrdiff_t rows) {
+    if constexpr (std::is_same_v<Label, std::int32_t>) {
+      int outside = 0;
+#pragma omp simd reduction(| : outside)
+      for (std::ptrdiff_t r = 0; r < rows; ++r)
+        outside |= static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(classes);
+      if (!outside) return;
+      for (std::ptrdiff_t r = 0; r < rows; ++r)
+        if (static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(classes))
+          throw std::invalid_argument("sparse labels are class ids in [0, " + std::to_string(classes) +
+                                      "); label " + std::to_string(r) + " of the batch is " +
+                                      std::to_string(labels[r]) + ". Nothing of this step ran");
+    }
+  }
+
   // The mean loss over the program's first `valid` samples; writes
   // d(loss)/d(output). labels: the program's batch of labels.
   template <class Program, class Label>
@@ -396,6 +417,7 @@ class engine<Net, Policy, Strategy, cpu> {
     run_.training = false;
     const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
     while (cursor.next(batch)) {
+      check_labels(batch.labels.data(), static_cast<std::ptrdiff_t>(batch.valid * rows_per_sample));
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       program.forward();
       training_.loss_mean.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);

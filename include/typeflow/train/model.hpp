@@ -236,6 +236,10 @@ class model {
     using batch_type = typename Dataset::element_type;
     training_.template check_labelled<batch_type>("evaluate");
     engine_.evaluate(data);
+    // No sample: no mean to report (it read as loss 0, a perfect model), as
+    // Keras refuses empty input.
+    if (!(training_.loss_mean.weight > 0))
+      throw std::invalid_argument("evaluate: the dataset gave no samples, so there is no loss or metric to report");
     return training_.results();
   }
 
@@ -361,7 +365,9 @@ class model {
   // checkpoint was written with. A checkpoint of another network, policy,
   // strategy or optimizer is refused before anything changes, naming what
   // differs; the next fit must train at the batch size the checkpoint did.
-  // One written during fit makes the next fit continue that fit: at its
+  // Every check (identity, tensors, checksums, counters' ranges, what the
+  // optimizer can take) comes before the first change. One written during
+  // fit makes the next fit continue that fit: at its
   // epoch and batch, with its History and callbacks' state (Keras's
   // BackupAndRestore; fit's `epochs` is the total of the run).
   void load_checkpoint(const std::filesystem::path& dir) {
@@ -376,6 +382,18 @@ class model {
     for (const auto& t : read.tensors.tensors())  // the callbacks' (read_checkpoint_manifest checked their dtype)
       if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
     io::check_tensors_match(read.tensors, expected);
+    // What this model's optimizer can take, still before anything changes.
+    const auto refuse = [&](const std::string& why) {
+      throw std::runtime_error("load_checkpoint: \"" + read.path.string() + "\" " + why);
+    };
+    const int per_update = training_.optimizer->micro_batches_per_update();
+    if (c.pending_micro_batches >= per_update)
+      refuse("holds " + std::to_string(c.pending_micro_batches) + " accumulated micro-batches, but " +
+             (per_update == 1 ? std::string("the optimizer does not accumulate")
+                              : "the optimizer updates every " + std::to_string(per_update) +
+                                    " (accumulate<" + std::to_string(per_update) + ">)"));
+    if (c.learning_rate && !training_.optimizer->constant_learning_rate())
+      refuse("holds a constant learning rate, but this optimizer's learning rate is a schedule");
     const auto floats_of = [&](const std::string& name) {
       const auto bytes = read.tensors.data(name);
       std::vector<float> values(bytes.size() / sizeof(float));  // checked above: the region's or a slot's size

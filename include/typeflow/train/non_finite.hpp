@@ -17,6 +17,7 @@
 #include <string>
 
 #include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/optimizers/update.hpp"
 #include "typeflow/train/parameter_table.hpp"
 
 namespace typeflow {
@@ -41,6 +42,14 @@ inline bool all_finite_parallel(const float* values, std::size_t n) noexcept {
   return bad == 0;
 }
 
+// Whether all n gradient values may reach an update (optimizers::updatable).
+inline bool all_updatable_parallel(const float* values, std::size_t n) noexcept {
+  int bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+  for (std::size_t i = 0; i < n; ++i) bad |= !optimizers::updatable(values[i]);
+  return bad == 0;
+}
+
 namespace detail {
 inline std::string value_text(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
 }  // namespace detail
@@ -56,15 +65,18 @@ non_finite_error non_finite_gradient(const float* gradients) {
     const float* g = gradients + p.offset / sizeof(float);
     for (std::size_t i = 0; i < p.size && !found; ++i) {
       const std::size_t at = i / p.row_length * p.row_stride + i % p.row_length;
-      if (!std::isfinite(g[at])) {
+      if (!optimizers::updatable(g[at])) {
         name = p.name;
-        where = " (" + detail::value_text(g[at]) + " at element " + std::to_string(i) + " of " +
-                std::to_string(p.size) + ")";
+        where = std::isfinite(g[at]) ? " is too large to update with (" + std::to_string(g[at]) + " at element " +
+                                           std::to_string(i) + " of " + std::to_string(p.size) +
+                                           ": above 2^60, where an optimizer's arithmetic could overflow)"
+                                     : " is not finite (" + detail::value_text(g[at]) + " at element " +
+                                           std::to_string(i) + " of " + std::to_string(p.size) + ")";
         found = true;
       }
     }
   });
-  return non_finite_error("the gradient of " + name + " is not finite" + where, name);
+  return non_finite_error("the gradient of " + name + (found ? where : std::string(" is not finite")), name);
 }
 
 inline non_finite_error non_finite_loss(double loss) {
