@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -243,10 +244,41 @@ TEST_CASE("fit reports the loss scale and skipped steps in History under mixed_f
   const auto history = model.fit(data, {.epochs = 2, .verbose = 0});
   CHECK(history["loss_scale"] == std::vector<double>{32768.0, 32768.0});
   CHECK(history["skipped_steps"] == std::vector<double>{0.0, 0.0});
+  CHECK(history.warnings.empty());
   // float32 and bfloat16 do not scale: no such entries.
   tf::model<mlp, tf::mixed_bfloat16> bf16{5};
   bf16.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
   CHECK_THROWS_AS(bf16.fit(data, {.verbose = 0})["loss_scale"], std::out_of_range);
+}
+
+TEST_CASE("mixed_float16 fit whose every update is skipped says so in History and on stderr, per epoch") {
+  // NaN in every sample: each step's gradients are NaN, so each is skipped and
+  // the scale halves; fit goes on (Keras's LossScaleOptimizer does) but warns.
+  std::vector<float> x(4 * 32 * 64, std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::int32_t> y(4 * 32, 1);
+  auto data = tf::data::from_tensor_slices<tf::shape<64>>(x, y) | tf::data::batch<32>;
+  tf::model<mlp, tf::mixed_float16> model{5};
+  model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  const auto history = model.fit(data, {.epochs = 2, .verbose = 0});
+  CHECK(model.iterations() == 0);
+  CHECK(model.skipped_steps() == 8);
+  CHECK(std::equal(before.begin(), before.end(), model.parameter_region().begin()));
+  REQUIRE(history.warnings.size() == 2);
+  CHECK(history.warnings[0] ==
+        "fit: epoch 1 applied no update: all 4 were skipped for non-finite gradients under mixed_float16 (loss scale "
+        "now 2048), so the weights did not change; look for NaN or Inf in the data or a loss that diverges");
+  CHECK(history.warnings[1].starts_with("fit: epoch 2 applied no update: all 4 were skipped"));
+  CHECK(history.warnings[1].find("loss scale now 128)") != std::string::npos);
+
+  // One good batch among them is an update: its epoch has no warning.
+  for (int j = 0; j < 32 * 64; ++j) x[j] = 0.25f * static_cast<float>(j % 7);
+  auto mostly_bad = tf::data::from_tensor_slices<tf::shape<64>>(x, y) | tf::data::batch<32>;
+  tf::model<mlp, tf::mixed_float16> other{5};
+  other.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto mixed = other.fit(mostly_bad, {.epochs = 1, .verbose = 0});
+  CHECK(other.iterations() == 1);
+  CHECK(mixed.warnings.empty());
 }
 
 TEST_CASE("summary shows the policy, each layer's compute dtype and its output bytes") {

@@ -7,9 +7,11 @@
 // neither twice.
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -463,6 +465,22 @@ class training_state {
   mutable std::deque<std::string> validation_names_;  // deque: views into it stay valid
 };
 
+namespace detail {
+
+// A fit warning: kept in its History, and on stderr by the chief (once per job).
+inline void warn(history& result, bool chief, std::string message) {
+  if (chief) std::fprintf(stderr, "typeflow warning: %s\n", message.c_str());
+  result.warnings.push_back(std::move(message));
+}
+
+// The shortest decimal that reads back as value (a loss scale: 0.001953125).
+inline std::string shortest(double value) {
+  char text[32];
+  return {text, std::to_chars(text, text + sizeof text, value).ptr};
+}
+
+}  // namespace detail
+
 // fit's loop over the epochs, written once for every device. Steps runs the
 // training steps of one device and strategy:
 //   stage(batch, parity)   takes batch k (parity k % 2) before step k;
@@ -575,6 +593,9 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     }
     resume.reset();
     const std::int64_t first_step = step;
+    const std::int64_t updates_before = state.iterations;
+    std::int64_t skipped_before = 0;
+    if constexpr (LossScaling) skipped_before = steps.skipped_steps();
     clock::duration waited{}, stepped{};
     int parity = 0;
     auto mark = clock::now();
@@ -631,6 +652,18 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     position.epoch_end_logs = &epoch_logs;
     for (auto* c : callbacks) c->on_epoch_end(info, epoch_logs);
     position.epoch_end_logs = nullptr;
+    if constexpr (LossScaling) {
+      // Every update skipped: the loss scale halved each time and the weights
+      // never moved. fit goes on, as Keras's LossScaleOptimizer does, but says so.
+      const std::int64_t skipped = steps.skipped_steps() - skipped_before;
+      if (skipped > 0 && state.iterations == updates_before)
+        detail::warn(result, chief,
+                     "fit: epoch " + std::to_string(epoch + 1) + " applied no update: all " +
+                         std::to_string(skipped) +
+                         " were skipped for non-finite gradients under mixed_float16 (loss scale now " +
+                         detail::shortest(steps.loss_scale()) +
+                         "), so the weights did not change; look for NaN or Inf in the data or a loss that diverges");
+    }
     if (terminated || access.stop_requested()) break;
   }
   if (trained_steps > 0) access.finalize_variable_values();
