@@ -7,7 +7,8 @@
 //   mpirun -np 2 multi_worker_test MODE [TIMEOUT_SECONDS]
 //                                          rank 1 fails after 3 steps (MODE: stall,
 //                                          stall-caught, throw, exit, crash,
-//                                          finish-early), and the
+//                                          finish-early; finish-early-peer-asleep:
+//                                          rank 0 sleeps outside any collective), and the
 //                                          job must stop; tests/mpi/expect_job_failure.sh
 //                                          checks the exit status, the time and the message.
 //
@@ -225,10 +226,15 @@ int failure(std::string_view mode) {
   tf::model<net, tf::float32, tf::multi_worker> model{4};
   compile(model);
   auto shard = full_data() | tf::data::shard(workers, rank) | tf::data::batch<PerWorker>;
-  if (mode == "finish-early" && rank == 1) {  // fewer batches than rank 0: returns 0 from main
+  if (mode.starts_with("finish-early") && rank == 1) {  // fewer batches than rank 0: returns 0 from main
     model.fit(shard | tf::data::take(3), {.epochs = 1, .verbose = 0});
     std::printf("[rank 1] finished after 3 steps and returns 0\n");
     std::fflush(stdout);
+    return 0;
+  }
+  if (mode == "finish-early-peer-asleep") {  // rank 0: the same 3 steps, then asleep in no collective
+    model.fit(shard | tf::data::take(3), {.epochs = 1, .verbose = 0});
+    std::this_thread::sleep_for(std::chrono::minutes(10));
     return 0;
   }
   fail_on_rank_1 injector{mode == "stall-caught" ? "stall" : mode};

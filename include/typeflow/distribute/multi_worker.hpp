@@ -73,8 +73,17 @@
 //     until the others reach MPI_Finalize too, i.e. until their deadline.)
 //   - A worker killed by a signal (a crash, kill -9) is noticed by mpirun,
 //     which kills the others.
-//   - A worker that returns 0 early waits in MPI_Finalize; the others reach
-//     their deadline and abort the job.
+//   - A worker that returns 0 early meets the others at exit in a barrier of
+//     its own communicator, waiting at most twice the timeout: the others reach
+//     their deadline first and abort the job. Should that abort not reach it,
+//     it aborts the job itself, rather than wait in MPI_Finalize for workers
+//     that will never come.
+//   - Open MPI's MPI_Abort asks mpirun to kill every worker and waits for the
+//     answer; races in that path have left processes running (open-mpi/ompi
+//     #1379; once in this suite, on a heavily loaded machine, a job still ran
+//     55 s after an abort). So every MPI_Abort here is watched: a thread ends
+//     the process with _Exit(1) if it still runs 10 s later, and a worker that
+//     ends non-zero without MPI_Finalize makes mpirun stop the job.
 // Measured on the test machine (2 workers, tests/mpi): a throw stops the
 // whole job in under half a second, a non-zero exit or a kill -9 in about
 // 1.5 s; a stall or an early return stops it one timeout later (5 s timeout:
@@ -122,6 +131,8 @@ class mpi_process {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
+  // How long a collective waits (multi_worker::timeout reads and sets it).
+  static std::chrono::duration<double>& timeout() noexcept;
   bool failed() const noexcept { return failed_; }
   void mark_failed() noexcept { failed_ = true; }
 
@@ -155,6 +166,10 @@ class mpi_process {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (initialized_here_) {
+      // The exit barrier's own communicator: a worker that leaves early must
+      // not match a collective the others still have pending on the world.
+      if (size_ > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_) != MPI_SUCCESS)
+        throw std::runtime_error("multi_worker: MPI_Comm_dup failed");
 #if defined(__GLIBC__)
       ::on_exit(&at_exit, nullptr);  // sees the exit status
 #else
@@ -187,9 +202,51 @@ class mpi_process {
                    "(MPI_Abort)\n",
                    p.rank_, p.size_);
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      abort_job();
+    }
+    if (p.size_ > 1 && !p.others_reach_exit()) {
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "typeflow multi_worker: rank %d of %d finished, but not every worker reached the end within "
+                   "%g s; aborting the whole job (MPI_Abort) rather than waiting for them in MPI_Finalize\n",
+                   p.rank_, p.size_, 2 * timeout().count());
+      std::fflush(stderr);
+      abort_job();
     }
     MPI_Finalize();
+  }
+
+  // Waits, at most twice the timeout, for every worker to reach exit. Twice:
+  // the others, stuck in a collective, reach their own deadline first and
+  // abort the job with the message that says which operation stalled.
+  bool others_reach_exit() const noexcept {
+    MPI_Request request;
+    if (MPI_Ibarrier(exit_comm_, &request) != MPI_SUCCESS) return false;
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(2 * timeout());
+    for (;;) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return true;
+      if (clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  // MPI_Abort, watched: should it not end this process within 10 s, _Exit(1)
+  // does (mpirun then stops the job: a worker ended without MPI_Finalize).
+  [[noreturn]] static void abort_job() noexcept {
+    try {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::fprintf(stderr, "typeflow multi_worker: MPI_Abort has not ended this process after 10 s; _Exit(1)\n");
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
+    } catch (...) {  // no thread: abort unwatched
+    }
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);  // MPI_Abort returned: it should not
   }
 
   [[noreturn]] static void on_terminate() noexcept {
@@ -213,7 +270,7 @@ class mpi_process {
                  "that the other workers stop\n",
                  p.rank_, p.size_, reason.c_str());
     std::fflush(stderr);
-    if (!finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!finalized) abort_job();
     std::abort();
   }
 
@@ -221,6 +278,7 @@ class mpi_process {
   int size_ = 1;
   bool initialized_here_ = false;
   bool failed_ = false;  // a collective timed out: MPI's state is unusable
+  MPI_Comm exit_comm_ = MPI_COMM_NULL;  // at_exit's barrier (size > 1, MPI initialised here)
   std::terminate_handler previous_terminate_ = nullptr;
 };
 
@@ -239,6 +297,11 @@ inline std::chrono::duration<double> default_worker_timeout() {
   return std::chrono::duration<double>(45.0);
 }
 
+inline std::chrono::duration<double>& mpi_process::timeout() noexcept {
+  static std::chrono::duration<double> seconds = default_worker_timeout();
+  return seconds;
+}
+
 }  // namespace distribute::detail
 
 struct multi_worker {
@@ -246,7 +309,7 @@ struct multi_worker {
 
   // How long a collective waits for the other workers before it throws. Set it
   // before training: tf::multi_worker::timeout = std::chrono::seconds(300);
-  static inline std::chrono::duration<double> timeout = distribute::detail::default_worker_timeout();
+  static inline std::chrono::duration<double>& timeout = distribute::detail::mpi_process::timeout();
 
   multi_worker() { distribute::detail::mpi_process::get(); }  // MPI starts with the first worker
 
