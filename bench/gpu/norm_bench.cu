@@ -1,5 +1,5 @@
-// Memory bandwidth of the row kernels (backend/cuda/layer_norm.cuh and
-// softmax_cross_entropy.cuh) on the GPU, against a device-to-device
+// Memory bandwidth of the row kernels (backend/cuda/layer_norm.hpp and
+// softmax_cross_entropy.hpp) on the GPU, against a device-to-device
 // cudaMemcpyAsync moving the same number of bytes: the ceiling a row kernel
 // that reads and writes each byte once can hope for.
 //
@@ -29,9 +29,9 @@
 #include <map>
 #include <string>
 
-#include "typeflow/backend/cuda/layer_norm.cuh"
+#include "typeflow/backend/cuda/layer_norm.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
-#include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 
 namespace cu = typeflow::backend::cuda;
 

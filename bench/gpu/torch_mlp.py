@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/mlp_train_step.cu's step in PyTorch eager, on the GPU.
+"""bench/gpu/mlp_train_step.cpp's step in PyTorch eager, on the GPU.
 
     python3 bench/gpu/torch_mlp.py [--batch 256 4096] [--min-time 2] [--json PATH]
 

@@ -1,5 +1,5 @@
 // expected-error: cannot train or predict in a CUDA translation unit
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 namespace tf = typeflow;
 

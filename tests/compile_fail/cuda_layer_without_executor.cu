@@ -1,5 +1,5 @@
 // expected-error: this layer has no executor on this device
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 namespace tf = typeflow;
 

@@ -1,5 +1,5 @@
 // expected-error: only sparse_categorical_crossentropy{.from_logits = true} exists so far
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 namespace tf = typeflow;
 

@@ -1,5 +1,5 @@
 // expected-error: mirrored<N>: the global batch must split into N equal shards
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 namespace tf = typeflow;
 

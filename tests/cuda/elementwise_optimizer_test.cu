@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "typeflow/backend/cuda/elementwise.cuh"
-#include "typeflow/backend/cuda/optimizer.cuh"
+#include "typeflow/backend/cuda/kernels/elementwise.cuh"
+#include "typeflow/backend/cuda/optimizer.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/functors.hpp"
 #include "typeflow/core/half.hpp"
@@ -322,7 +322,7 @@ TEST_CASE("element-wise kernels in a captured graph replay like eager calls, dro
     cu::to_16bit(z.get(), h.get(), n, cs);
   };
   cu::graph g;
-  g.capture(s.get(), [&](cudaStream_t cs) {  // the short form, as layers.cuh calls it
+  g.capture(s.get(), [&](cudaStream_t cs) {  // the short form, as layers.hpp calls it
     cu::activation_forward<tf::functors::gelu_exact>(dx_.get(), y.get(), n, cs);
     cu::dropout_forward(y.get(), z.get(), n, 0.2f, 123, step.get(), cs);
     cu::to_16bit(z.get(), h.get(), n, cs);

@@ -1,14 +1,14 @@
 // Devices a model runs on, the model's fourth parameter:
 //   cpu:  oneDNN and OpenMP (the default);
 //   cuda: one NVIDIA GPU, cuBLASLt and typeflow's kernels, the whole training
-//         step replayed as one CUDA graph (typeflow/cuda.cuh, nvcc only).
+//         step replayed as one CUDA graph (typeflow/cuda.hpp, nvcc only).
 //
 // A device names its backend's context, the one object every executor of a
 // step shares (layer_io<Device>::context), and the scratchpad memory a step
 // program gives its executors (constructed from a byte count, data() is its
 // first byte). Only the declarations are here, so that the engine (model/,
 // train/) names devices without including a backend:
-// backend/cpu/context.hpp and backend/cuda/context.cuh define them.
+// backend/cpu/context.hpp and backend/cuda/context.hpp define them.
 #pragma once
 
 namespace typeflow {

@@ -14,7 +14,7 @@
 // moving statistics, not the batch statistics inside a step.)
 //
 // The algorithm on the CPU is distribute/cpu_replicas.hpp; on GPUs (one GPU
-// per replica, NCCL) distribute/cuda_replicas.cuh.
+// per replica, NCCL) distribute/cuda_replicas.hpp.
 #pragma once
 
 #include <condition_variable>

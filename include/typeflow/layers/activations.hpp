@@ -9,7 +9,7 @@
 // They keep their input's dtype: under a 16-bit policy they read and write
 // 16-bit storage and compute each element in float32. Each is a functor of
 // core/functors.hpp, which both backends run (backend/cpu/activations.hpp,
-// backend/cuda/layers.cuh).
+// backend/cuda/layers.hpp).
 #pragma once
 
 #include <cstddef>

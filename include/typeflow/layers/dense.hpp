@@ -18,7 +18,7 @@
 // float32 (the master weights) and the product sees it, the input, the output
 // and every gradient in 16 bits, with float32 accumulation; the output is
 // stored in 16 bits when the layers after it read 16 bits. The executors:
-// backend/cpu/dense.hpp (oneDNN), backend/cuda/layers.cuh (cuBLASLt).
+// backend/cpu/dense.hpp (oneDNN), backend/cuda/layers.hpp (cuBLASLt).
 #pragma once
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 //
 // The mask of element i at step s is a pure function of (model seed, layer
 // position, s, i), so a seeded run reproduces bit for bit, and both devices
-// draw the same masks (backend/cpu/dropout.hpp, backend/cuda/layers.cuh).
+// draw the same masks (backend/cpu/dropout.hpp, backend/cuda/layers.hpp).
 #pragma once
 
 #include <cmath>

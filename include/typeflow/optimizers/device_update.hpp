@@ -5,7 +5,7 @@
 // The arithmetic itself is the CPU's: each optimizer's rule(iteration), the
 // per-element clip, decay and update_element and the clipping factors
 // (element.hpp), and loss-scale state machine (precision/loss_scale.hpp).
-// backend/cuda/optimizer.cuh launches the kernels;
+// backend/cuda/optimizer.hpp launches the kernels;
 // tests/unit/cuda_shared_math_test.cpp checks the layouts.
 //
 // One step on the device, every piece capturable in a CUDA graph:

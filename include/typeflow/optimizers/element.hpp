@@ -1,6 +1,6 @@
 // One parameter element's update, written once for both backends: the CPU's
 // apply_update (update.hpp) runs it in its parallel loops, the CUDA backend's
-// multi-tensor kernel (backend/cuda/optimizer.cuh) in its threads.
+// multi-tensor kernel (backend/cuda/optimizer.hpp) in its threads.
 //
 // Per element, in Keras 3's order:
 //   1. clip the gradient: clipvalue clamps it; clipnorm (per tensor) and

@@ -7,10 +7,10 @@
 //   cpu   train/cpu_engine.hpp   one host arena, oneDNN; mirrored<N> through
 //                                distribute/cpu_replicas.hpp, multi_worker
 //                                through the strategy's MPI collectives;
-//   cuda  train/cuda_engine.cuh  one cudaMalloc arena per GPU, each step a
+//   cuda  train/cuda_engine.hpp  one cudaMalloc arena per GPU, each step a
 //                                CUDA graph; mirrored<N> and multi_worker
-//                                through distribute/cuda_replicas.cuh (NCCL)
-//                                (typeflow/cuda.cuh, nvcc only).
+//                                through distribute/cuda_replicas.hpp (NCCL)
+//                                (typeflow/cuda.hpp, any C++20 compiler).
 //
 // An engine is constructed from the model's training_state (which it keeps
 // a reference to), the seed and the device's own arguments, and provides:
@@ -47,8 +47,8 @@ struct engine_counters {
 template <class Net, class Policy, class Strategy, class Device>
 class engine {
   static_assert(sizeof(Device) == 0,
-                "model<Net, Policy, Strategy, cuda> is defined in typeflow/cuda.cuh: include it in a CUDA "
-                "translation unit (a .cu file compiled by nvcc, linked to typeflow::cuda)");
+                "model<Net, Policy, Strategy, cuda> is defined in typeflow/cuda.hpp: include it (from any "
+                "translation unit) and link typeflow::cuda");
 };
 
 }  // namespace typeflow

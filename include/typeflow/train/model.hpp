@@ -11,7 +11,7 @@
 // pass, compile, fit's loop, evaluate, predict, generate, the weights files
 // and the parameter views. Where the step runs is the engine's
 // (train/engine.hpp): the CPU's (train/cpu_engine.hpp) or a GPU's
-// (train/cuda_engine.cuh, with typeflow/cuda.cuh).
+// (train/cuda_engine.hpp, with typeflow/cuda.hpp).
 #pragma once
 
 #include <algorithm>

@@ -1,30 +1,10 @@
-// layer_norm over the last axis on the GPU: layers/layer_norm.hpp's
-// arithmetic (through core/row_math.hpp), on (rows, features) row-major
-// float32 data.
-//
-//   layer_norm_forward   y = gamma * (x - mean) * rstd + beta, per row;
-//                        mean[row] and rstd[row] = 1 / sqrt(var + epsilon)
-//                        (biased variance) kept for backward.
-//   layer_norm_backward  dx = rstd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * gamma;
-//                        dgamma = Σ_rows dy * x̂, dbeta = Σ_rows dy, written
-//                        (not accumulated), as the CPU layer does.
-//
-// Null pointers: gamma (scale 1), beta (offset 0), mean / rstd in forward
-// (not kept), dx (no input gradient), dgamma / dbeta (not wanted).
-// Aliasing: y may be x, and dx may be dy (the CPU layer's in-place gradient):
-// every element is read by the thread that later writes it, and dgamma/dbeta
-// are taken from dy before dx is written. No other overlap is allowed.
-// Workspace: backward needs layer_norm_backward_workspace_bytes(rows, features)
-// bytes of device memory (4-byte aligned; contents ignored, then clobbered), a
-// function of the shape alone. dgamma / dbeta are two-stage column sums
-// through it, in a fixed order: results are bitwise repeatable, no atomics.
-//
-// Rows up to 8192 features are held in registers by a group of 32..1024
-// threads (one warp per row up to 256 features); wider rows are streamed
-// (read twice). float4 access when features % 4 == 0 and every row pointer
-// is 16-byte aligned. Everything is enqueued on `stream`; nothing allocates
-// or waits, so the calls can be captured in a CUDA graph.
+// The kernels of backend/cuda/layer_norm.hpp and its launchers' definitions.
+// Compiled once by nvcc into typeflow::cuda's kernel library
+// (src/cuda/layer_norm.cu); to build without that library, compile that one
+// source into your program instead. Include it nowhere else: the launchers
+// are ordinary (not inline) functions.
 #pragma once
+#include "typeflow/backend/cuda/layer_norm.hpp"
 
 #include <cuda_runtime.h>
 
@@ -390,15 +370,13 @@ inline void check_shape(const char* what, int rows, int features) {
 
 }  // namespace layer_norm_detail
 
-// Bytes of device workspace layer_norm_backward needs for this shape (0 when
-// rows is 0).
-inline std::size_t layer_norm_backward_workspace_bytes(int rows, int features) {
+std::size_t layer_norm_backward_workspace_bytes(int rows, int features) {
   const auto plan = layer_norm_detail::plan_backward(rows, features);
   return 2 * static_cast<std::size_t>(plan.parts) * static_cast<std::size_t>(features > 0 ? features : 0) *
          sizeof(float);
 }
 
-inline void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                                int rows, int features, float epsilon, cudaStream_t stream) {
   namespace d = layer_norm_detail;
   namespace gpu = typeflow::row_math::gpu;
@@ -418,9 +396,7 @@ inline void layer_norm_forward(const float* x, const float* gamma, const float* 
   });
 }
 
-// mean and rstd: forward's. partial_workspace: layer_norm_backward_workspace_bytes(rows, features)
-// bytes (may be null when that is 0, or when dgamma and dbeta are both null).
-inline void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                                 const float* dy, float* dx, float* dgamma, float* dbeta, int rows, int features,
                                 cudaStream_t stream, float* partial_workspace) {
   namespace d = layer_norm_detail;

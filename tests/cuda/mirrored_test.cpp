@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 #include "model_reference.hpp"
 

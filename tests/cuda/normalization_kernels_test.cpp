@@ -1,5 +1,5 @@
-// The layer_norm and softmax / cross-entropy kernels (backend/cuda/layer_norm.cuh,
-// backend/cuda/softmax_cross_entropy.cuh) against double-precision references
+// The layer_norm and softmax / cross-entropy kernels (backend/cuda/layer_norm.hpp,
+// backend/cuda/softmax_cross_entropy.hpp) against double-precision references
 // computed here on the host, over widths that take every path: a warp per row
 // (1, 3, 64, 127), wider groups (768, 1000, 4099), streamed rows (9001, 12288,
 // 50257), scalar and float4 access. Also padding rows, the gradient scale,
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "typeflow/backend/cuda/layer_norm.cuh"
+#include "typeflow/backend/cuda/layer_norm.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
-#include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 
 namespace cu = typeflow::backend::cuda;
 

@@ -1,7 +1,7 @@
 // The optimizer a CUDA model was compiled with, behind a small virtual
 // interface (as compile() keeps the CPU one): the update plan and the
 // step state on the device, and the three calls a training step records
-// into its graph (optimizer.cuh): gradient statistics, the multi-tensor
+// into its graph (optimizer.hpp): gradient statistics, the multi-tensor
 // update, and finish_step. Before each launch the host writes the step's
 // learning-rate constants (step table) into device memory.
 #pragma once
@@ -17,20 +17,13 @@
 #include <string>
 #include <type_traits>
 
-#include "typeflow/backend/cuda/elementwise.cuh"
-#include "typeflow/backend/cuda/optimizer.cuh"
+#include "typeflow/backend/cuda/elementwise.hpp"
+#include "typeflow/backend/cuda/optimizer.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/optimizers/device_update.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
 
 namespace typeflow::backend::cuda {
-
-// d(loss)/d(output) times the loss scale the step state holds now (a graph
-// replays the pointer, so each step reads its own scale).
-struct multiply_by_device_value {
-  const float* factor;
-  __device__ float operator()(float x) const { return x * *factor; }
-};
 
 class device_optimizer_base {
  public:

@@ -1,5 +1,5 @@
 // mirrored<N> and multi_worker on GPUs: the replication algorithm's GPU half
-// (distribute/cpu_replicas.hpp is the CPU's), which train/cuda_engine.cuh
+// (distribute/cpu_replicas.hpp is the CPU's), which train/cuda_engine.hpp
 // calls around the replicas it holds (one GPU each, with its own arena,
 // streams and optimizer state).
 //

@@ -1,38 +1,10 @@
-// Softmax and sparse categorical cross-entropy over the last axis on the GPU:
-// losses/losses.hpp's arithmetic (through core/row_math.hpp) on (rows, classes)
-// row-major float32 data, one fused pass per row.
-//
-//   sparse_softmax_cross_entropy              from logits z:
-//       row_loss[r] = lse(z) - z[y]
-//       d_logits    = (softmax(z) - onehot(y)) * gradient_scale / valid_rows
-//   sparse_crossentropy_from_probabilities    from probabilities p (Keras's
-//       from_logits=false): row_loss = -log(clip(p[y] / sum(p))), the
-//       gradient of that times gradient_scale / valid_rows (zero where the
-//       clip holds)
-//   softmax_forward                           p = softmax(z) per row
-//   mean_of                                   mean of n floats into one device float
-//
-// Rows r >= valid_rows are padding: zero loss, zero gradient, and their
-// labels are never read (labels may hold just valid_rows entries).
-// valid_rows must lie in [0, rows]; valid_rows == 0 gives scale 0.
-// gradient_scale is 1 for the plain mean loss, or the loss scale.
-//
-// A label outside [0, classes) in a valid row is never used as an index: that
-// row gets a NaN loss and a zero gradient, and when bad_labels is non-null
-// *bad_labels is increased by one (atomicAdd; the final count does not depend
-// on the order). The caller zeroes it and reads it back when it wants to know.
-//
-// Null pointers: d_logits / d_probabilities (loss only), row_loss (gradient only).
-// Aliasing: the gradient may be written over its input (d_logits == logits,
-// d_probabilities == probabilities, p == z); each element is read by the
-// thread that later writes it. No other overlap. Results are bitwise
-// repeatable: fixed reduction orders, no atomics on values.
-//
-// Rows up to 8192 classes are held in registers by a group of 32..1024
-// threads; wider rows (a GPT vocabulary) are streamed by 1024-thread blocks
-// and read twice. float4 access when classes % 4 == 0 and the row pointers
-// are 16-byte aligned. Everything is enqueued on `stream` (graph-capturable).
+// The kernels of backend/cuda/softmax_cross_entropy.hpp and its launchers' definitions.
+// Compiled once by nvcc into typeflow::cuda's kernel library
+// (src/cuda/softmax_cross_entropy.cu); to build without that library, compile that one
+// source into your program instead. Include it nowhere else: the launchers
+// are ordinary (not inline) functions.
 #pragma once
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 
 #include <cuda_runtime.h>
 
@@ -356,9 +328,9 @@ inline float row_scale(float gradient_scale, int valid_rows) {
 
 }  // namespace softmax_detail
 
-inline void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
+void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
                                          float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
-                                         cudaStream_t stream, int* bad_labels = nullptr) {
+                                         cudaStream_t stream, int* bad_labels) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   d::check_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
@@ -376,10 +348,10 @@ inline void sparse_softmax_cross_entropy(const float* logits, const std::int32_t
   });
 }
 
-inline void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
+void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
                                                    float* d_probabilities, float* row_loss, int rows, int classes,
                                                    int valid_rows, float gradient_scale, cudaStream_t stream,
-                                                   int* bad_labels = nullptr) {
+                                                   int* bad_labels) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   d::check_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
@@ -398,10 +370,9 @@ inline void sparse_crossentropy_from_probabilities(const float* probabilities, c
   });
 }
 
-// losses::sparse_categorical_crossentropy{from_logits} on the GPU: one of the two above.
-inline void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
+void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
                                             float* d_outputs, float* row_loss, int rows, int classes, int valid_rows,
-                                            float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr) {
+                                            float gradient_scale, cudaStream_t stream, int* bad_labels) {
   if (from_logits)
     sparse_softmax_cross_entropy(outputs, labels, d_outputs, row_loss, rows, classes, valid_rows, gradient_scale,
                                  stream, bad_labels);
@@ -410,7 +381,7 @@ inline void sparse_categorical_crossentropy(bool from_logits, const float* outpu
                                            gradient_scale, stream, bad_labels);
 }
 
-inline void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream) {
+void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   d::check_rows("softmax_forward", rows, classes, 0);
@@ -426,10 +397,7 @@ inline void softmax_forward(const float* z, float* p, int rows, int classes, cud
   });
 }
 
-// *result_device = (Σ values[0, n)) / n, summed in double in a fixed order
-// (0 when n is 0): the step's loss from row_loss with n = valid_rows, as
-// train/cpu_engine.hpp's compute_loss does on the CPU.
-inline void mean_of(const float* values, int n, float* result_device, cudaStream_t stream) {
+void mean_of(const float* values, int n, float* result_device, cudaStream_t stream) {
   if (n < 0) throw std::invalid_argument("typeflow: mean_of: n must be >= 0, got " + std::to_string(n));
   softmax_detail::mean_kernel<double><<<1, 1024, 0, stream>>>(values, n, result_device);
   TYPEFLOW_CUDA_CHECK_LAUNCH();

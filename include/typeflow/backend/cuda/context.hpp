@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "typeflow/backend/cuda/elementwise.cuh"
+#include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/device.hpp"
 
@@ -39,31 +39,24 @@ class scratchpad {
   device_buffer buffer_;
 };
 
-namespace detail {
-struct add_fn {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
+// f(i) for i in [0, n) on `stream`: one grid-stride kernel, compiled in the
+// kernel library for each of layers/merge_functors.hpp's functors
+// (src/cuda/for_each_index.cu; kernels/for_each_index.cuh for others).
 template <class F>
-__global__ void for_each_index_kernel(std::size_t n, F f) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
-}
-}  // namespace detail
+void for_each_index(std::size_t n, F f, cudaStream_t stream);
 
 inline void copy_bytes(context& c, void* to, const void* from, std::size_t bytes) {
   TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, c.stream));
 }
 // to[i] += from[i]
 inline void add_in_place(context& c, float* to, const float* from, std::size_t count) {
-  map2(to, from, to, count, detail::add_fn{}, c.stream);
+  map2(to, from, to, count, add_fn{}, c.stream);
 }
 // f(i) for i in [0, n): an element functor written once for both devices
 // (TYPEFLOW_HOST_DEVICE; the merge layers' executors use it).
 template <class F>
 inline void for_each_index(context& c, std::size_t n, F f) {
-  if (n == 0) return;
-  detail::for_each_index_kernel<<<blocks_for(n, elementwise_threads), elementwise_threads, 0, c.stream>>>(n, f);
-  TYPEFLOW_CUDA_CHECK_LAUNCH();
+  for_each_index(n, f, c.stream);
 }
 
 }  // namespace typeflow::backend::cuda

@@ -2,14 +2,14 @@
 // same model type on the CPU (mixed_reference.cpp). Not bit for bit: the
 // GPU's products sum in another order, so a value near a 16-bit rounding
 // boundary can round the other way, and the GPU writes dW, db and dX in
-// float32 where the CPU rounds them to 16 bits (backend/cuda/layers.cuh).
+// float32 where the CPU rounds them to 16 bits (backend/cuda/layers.hpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 #include "mixed_reference.hpp"
 

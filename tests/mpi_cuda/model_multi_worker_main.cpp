@@ -14,7 +14,7 @@
 #include <exception>
 #include <vector>
 
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 #include <typeflow/distribute/multi_worker.hpp>
 
 namespace tf = typeflow;

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 namespace tf = typeflow;
 

@@ -19,7 +19,7 @@
 // mirrored<N>: replica r lives on device r with its own arena, weights and
 // optimizer state, and takes B / N consecutive samples; the backward
 // interleaved with NCCL's all-reduce, and multi_worker's communicator, are
-// distribute/cuda_replicas.cuh's.
+// distribute/cuda_replicas.hpp's.
 #pragma once
 
 #include <cublasLt.h>
@@ -40,14 +40,14 @@
 #include <utility>
 #include <vector>
 
-#include "typeflow/backend/cuda/layers.cuh"
+#include "typeflow/backend/cuda/layers.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
-#include "typeflow/backend/cuda/device_optimizer.cuh"
+#include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/nccl.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
-#include "typeflow/backend/cuda/softmax_cross_entropy.cuh"
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/backend/device.hpp"
-#include "typeflow/distribute/cuda_replicas.cuh"
+#include "typeflow/distribute/cuda_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include <typeflow/cuda.cuh>
+#include <typeflow/cuda.hpp>
 
 #include "model_reference.hpp"
 

@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "typeflow/backend/cuda/context.cuh"
-#include "typeflow/backend/cuda/elementwise.cuh"
-#include "typeflow/backend/cuda/layer_norm.cuh"
+#include "typeflow/backend/cuda/context.hpp"
+#include "typeflow/backend/cuda/elementwise.hpp"
+#include "typeflow/backend/cuda/layer_norm.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/layers/activations.hpp"
@@ -38,22 +38,6 @@ namespace backend::cuda::layers_detail {
 // Sub-buffers of an executor's scratch start 256 bytes apart (cuBLASLt's
 // operands, float4 / uint4 element-wise access).
 constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// x as the nearest T value (ties to even; float16 overflows to infinity),
-// held in float: precision::round_into's bits.
-template <class T>
-struct round_fn {
-  __device__ float operator()(float x) const {
-    constexpr int format = detail::format_of<T>;
-    return detail::bits_to_float<format>(detail::float_to_bits<format>(x));
-  }
-};
-// f(x), rounded to T: a fused tanh / sigmoid on a 16-bit dense's float32 output.
-template <class Functor, class T>
-struct activation_rounded_fn {
-  __device__ float operator()(float x) const { return round_fn<T>{}(Functor{}.value(x)); }
-};
-
 }  // namespace backend::cuda::layers_detail
 
 namespace backend::cuda {
@@ -145,7 +129,7 @@ class dense_executor {
       if constexpr (stores_16bit)
         map(bias(), b, units, identity_fn{}, s);
       else  // a float32 bias holding the compute dtype's values (the CPU rounds it too)
-        map(bias(), b, units, layers_detail::round_fn<compute_value>{}, s);
+        map(bias(), b, units, round_fn<compute_value>{}, s);
       forward_.run(input(s), kernel_16bit(s), io_.out, b, nullptr, io_.context->gemm_workspace, s);
     }
     // cuBLASLt has relu and gelu epilogues, not tanh or sigmoid: those run
@@ -156,11 +140,11 @@ class dense_executor {
     if constexpr (fused == epilogue::tanh || fused == epilogue::sigmoid) {
       using functor = std::conditional_t<fused == epilogue::tanh, functors::tanh_fn, functors::sigmoid>;
       if constexpr (low_precision && !stores_16bit)
-        map(out, out, output_count, layers_detail::activation_rounded_fn<functor, compute_value>{}, s);
+        map(out, out, output_count, activation_rounded_fn<functor, compute_value>{}, s);
       else
         activation_forward<functor>(out, out, output_count, s);
     } else if constexpr (low_precision && !stores_16bit) {
-      map(out, out, output_count, layers_detail::round_fn<compute_value>{}, s);
+      map(out, out, output_count, round_fn<compute_value>{}, s);
     }
   }
 

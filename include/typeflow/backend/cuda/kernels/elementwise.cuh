@@ -1,21 +1,9 @@
-// Element-wise kernels: a generic map over functors with 16-byte vector
-// loads and stores, the activations from core/functors.hpp, dropout with the
-// CPU layer's mask, and float <-> 16-bit conversions.
-//
-// Storage types: float, typeflow::f16 / typeflow::bf16, __half /
-// __nv_bfloat16; arithmetic is always in float (functors take and return
-// float). 16-bit values convert with core/half.hpp's rules, so the bits
-// equal the CPU's convert().
-//
-// Aliasing: an output may be the very same pointer as an input (in place);
-// partly overlapping ranges are not allowed. Pointers need only their
-// element's alignment: the kernels peel a scalar head until every pointer is
-// 16-byte aligned (vector_plan.hpp), and run all-scalar when no such head
-// exists (pointers misaligned differently).
-//
-// Every launch is asynchronous on `stream`, launches nothing when n == 0, and
-// may be captured into a CUDA graph. Functors must be trivially copyable
-// with a __device__ (or TYPEFLOW_HOST_DEVICE) call operator.
+// The kernels of backend/cuda/elementwise.hpp: its map, map2 and
+// dropout_forward templates' definitions. src/cuda/elementwise.cu
+// instantiates the combinations typeflow uses, once, in typeflow::cuda's
+// kernel library; a .cu file of your own may include this header to map
+// functors of its own (template instantiations may coexist with the
+// library's).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/vector_plan.hpp"
 #include "typeflow/core/functors.hpp"
@@ -38,26 +27,13 @@
 
 namespace typeflow::backend::cuda {
 
-inline constexpr unsigned elementwise_threads = 256;
-
 namespace detail {
 
-// 0: float, 1: f16, 2: bf16.
-template <class T>
-inline constexpr int format_of = -1;
-template <>
-inline constexpr int format_of<float> = 0;
-template <>
-inline constexpr int format_of<typeflow::f16> = 1;
+// CUDA's own 16-bit types store the same bits.
 template <>
 inline constexpr int format_of<__half> = 1;
 template <>
-inline constexpr int format_of<typeflow::bf16> = 2;
-template <>
 inline constexpr int format_of<__nv_bfloat16> = 2;
-
-template <class T>
-concept storage = format_of<std::remove_cv_t<T>> >= 0;
 
 template <int Format>
 __device__ __forceinline__ float bits_to_float(std::uint16_t b) {
@@ -191,7 +167,6 @@ pointer_alignment alignment_of(const T* p) {
 
 }  // namespace detail
 
-// out[i] = f(in[i]) for i < n.
 template <detail::storage In, detail::storage Out, class F>
 void map(const In* in, Out* out, std::size_t n, F f, cudaStream_t stream) {
   if (n == 0) return;
@@ -201,7 +176,6 @@ void map(const In* in, Out* out, std::size_t n, F f, cudaStream_t stream) {
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
-// out[i] = f(a[i], b[i]) for i < n.
 template <detail::storage A, detail::storage B, detail::storage Out, class F>
 void map2(const A* a, const B* b, Out* out, std::size_t n, F f, cudaStream_t stream) {
   if (n == 0) return;
@@ -214,72 +188,7 @@ void map2(const A* a, const B* b, Out* out, std::size_t n, F f, cudaStream_t str
 }
 
 // ---------------------------------------------------------------------------
-// Small functors for the maps below (device lambdas would need
-// --extended-lambda).
-
-struct identity_fn {
-  __device__ float operator()(float x) const { return x; }
-};
-struct scale_fn {
-  float factor;
-  __device__ float operator()(float x) const { return x * factor; }
-};
-template <class Functor>
-struct activation_value_fn {
-  __device__ float operator()(float x) const { return Functor{}.value(x); }
-};
-// dy * f'(.), f' from the output or the input as the functor defines it
-// (layers/activations.hpp's backward).
-template <class Functor>
-struct activation_gradient_fn {
-  __device__ float operator()(float from, float dy) const {
-    if constexpr (Functor::derivative_from_output)
-      return dy * Functor{}.derivative_at_output(from);
-    else
-      return dy * Functor{}.derivative_at_input(from);
-  }
-};
-
-// float -> 16 bits, round to nearest even (core/half.hpp's bits).
-template <detail::storage T>
-  requires(sizeof(T) == 2)
-void to_16bit(const float* in, T* out, std::size_t n, cudaStream_t stream) {
-  map(in, out, n, identity_fn{}, stream);
-}
-// 16 bits -> float, exact.
-template <detail::storage T>
-  requires(sizeof(T) == 2)
-void from_16bit(const T* in, float* out, std::size_t n, cudaStream_t stream) {
-  map(in, out, n, identity_fn{}, stream);
-}
-
-// x *= factor, in place.
-inline void scale(float* x, std::size_t n, float factor, cudaStream_t stream) { map(x, x, n, scale_fn{factor}, stream); }
-
-// y = f(x). y may be x.
-template <class Functor, detail::storage In, detail::storage Out>
-void activation_forward(const In* x, Out* y, std::size_t n, cudaStream_t stream) {
-  map(x, y, n, activation_value_fn<Functor>{}, stream);
-}
-
-// dx = dy * f'(.): from_values is y when Functor::derivative_from_output,
-// else x (in their storage type); gradients are float. dx may be dy.
-template <class Functor, detail::storage T>
-void activation_backward(const T* from_values, const float* dy, float* dx, std::size_t n, cudaStream_t stream) {
-  map2(from_values, dy, dx, n, activation_gradient_fn<Functor>{}, stream);
-}
-
-// ---------------------------------------------------------------------------
-// Dropout: layers/dropout.hpp's mask (layers/dropout_mask.hpp), drawn again
-// in backward from the same (seed, step) instead of kept.
-
-struct dropout_draw {
-  std::uint64_t layer_seed = 0;  // dropout_seed(run_state::seed, the layer's Context::salt)
-  std::uint64_t step = 0;        // run_state::step
-  // When set, the step is read from here when the kernel runs (so each replay
-  // of a captured graph draws that step's mask); `step` is then ignored.
-  const std::uint64_t* device_step = nullptr;
-};
+// Dropout's kernel.
 
 namespace detail {
 
@@ -350,10 +259,6 @@ inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_ca
 
 }  // namespace detail
 
-// Training-mode dropout: y = keep ? x / (1 - rate) : 0. keep (nullable) gets
-// the CPU layer's byte mask (1 kept, 0 dropped), for tests and inspection;
-// backward does not need it. y may be x. Rate 0 copies (as the CPU layer).
-// In evaluation call nothing (or copy): dropout is the identity there.
 template <detail::storage T>
 void dropout_forward(const T* x, T* y, std::uint8_t* keep, std::size_t n, float rate, dropout_draw draw,
                      cudaStream_t stream) {
@@ -368,46 +273,6 @@ void dropout_forward(const T* x, T* y, std::uint8_t* keep, std::size_t n, float 
                       (!keep || detail::aligned_to(keep, 4));
   detail::dropout_forward_kernel<<<blocks_for((n + 3) / 4, elementwise_threads), elementwise_threads, 0, stream>>>(
       x, y, keep, n, draw, dropout_threshold(rate), dropout_scale(rate), vector);
-  TYPEFLOW_CUDA_CHECK_LAUNCH();
-}
-
-// dx = keep ? dy / (1 - rate) : 0 with the mask forward drew for the same
-// draw: the forward itself, applied to the gradient. dx may be dy.
-inline void dropout_backward(const float* dy, float* dx, std::size_t n, float rate, dropout_draw draw,
-                             cudaStream_t stream) {
-  dropout_forward(dy, dx, nullptr, n, rate, draw, stream);
-}
-
-// The graph-ready short forms: no mask written, the step read from device
-// memory when the kernel runs.
-template <detail::storage T>
-void dropout_forward(const T* x, T* y, std::size_t n, float rate, std::uint64_t layer_seed,
-                     const std::uint64_t* device_step, cudaStream_t stream) {
-  dropout_forward(x, y, nullptr, n, rate, dropout_draw{layer_seed, 0, device_step}, stream);
-}
-inline void dropout_backward(const float* dy, float* dx, std::size_t n, float rate, std::uint64_t layer_seed,
-                             const std::uint64_t* device_step, cudaStream_t stream) {
-  dropout_backward(dy, dx, n, rate, dropout_draw{layer_seed, 0, device_step}, stream);
-}
-
-// ---------------------------------------------------------------------------
-// A trivially copyable value written into device memory in stream order, as
-// a kernel argument: no staging buffer whose reuse could race an earlier
-// asynchronous copy. For the per-step values a captured graph reads (dropout
-// steps, optimizer step tables): enqueue this before each graph launch.
-
-namespace detail {
-template <class T>
-__global__ void store_value_kernel(T* destination, T value) {
-  *destination = value;
-}
-}  // namespace detail
-
-template <class T>
-  requires std::is_trivially_copyable_v<T>
-void set_device_value(T* destination, const T& value, cudaStream_t stream) {
-  static_assert(sizeof(T) <= 4000, "set_device_value: kernel arguments are limited to 4 KiB");
-  detail::store_value_kernel<<<1, 1, 0, stream>>>(destination, value);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 

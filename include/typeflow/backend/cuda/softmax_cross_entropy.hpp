@@ -1,0 +1,69 @@
+// Softmax and sparse categorical cross-entropy over the last axis on the GPU:
+// losses/losses.hpp's arithmetic (through core/row_math.hpp) on (rows, classes)
+// row-major float32 data, one fused pass per row.
+//
+//   sparse_softmax_cross_entropy              from logits z:
+//       row_loss[r] = lse(z) - z[y]
+//       d_logits    = (softmax(z) - onehot(y)) * gradient_scale / valid_rows
+//   sparse_crossentropy_from_probabilities    from probabilities p (Keras's
+//       from_logits=false): row_loss = -log(clip(p[y] / sum(p))), the
+//       gradient of that times gradient_scale / valid_rows (zero where the
+//       clip holds)
+//   softmax_forward                           p = softmax(z) per row
+//   mean_of                                   mean of n floats into one device float
+//
+// Rows r >= valid_rows are padding: zero loss, zero gradient, and their
+// labels are never read (labels may hold just valid_rows entries).
+// valid_rows must lie in [0, rows]; valid_rows == 0 gives scale 0.
+// gradient_scale is 1 for the plain mean loss, or the loss scale.
+//
+// A label outside [0, classes) in a valid row is never used as an index: that
+// row gets a NaN loss and a zero gradient, and when bad_labels is non-null
+// *bad_labels is increased by one (atomicAdd; the final count does not depend
+// on the order). The caller zeroes it and reads it back when it wants to know.
+//
+// Null pointers: d_logits / d_probabilities (loss only), row_loss (gradient only).
+// Aliasing: the gradient may be written over its input (d_logits == logits,
+// d_probabilities == probabilities, p == z); each element is read by the
+// thread that later writes it. No other overlap. Results are bitwise
+// repeatable: fixed reduction orders, no atomics on values.
+//
+// Rows up to 8192 classes are held in registers by a group of 32..1024
+// threads; wider rows (a GPT vocabulary) are streamed by 1024-thread blocks
+// and read twice. float4 access when classes % 4 == 0 and the row pointers
+// are 16-byte aligned. Everything is enqueued on `stream` (graph-capturable).
+#pragma once
+
+// Declared here for any compiler; defined, with their kernels, in
+// kernels/softmax_cross_entropy.cuh, which nvcc compiles once into typeflow::cuda's
+// kernel library (src/cuda/softmax_cross_entropy.cu).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace typeflow::backend::cuda {
+
+void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits, float* row_loss,
+                                  int rows, int classes, int valid_rows, float gradient_scale, cudaStream_t stream,
+                                  int* bad_labels = nullptr);
+
+void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
+                                            float* d_probabilities, float* row_loss, int rows, int classes,
+                                            int valid_rows, float gradient_scale, cudaStream_t stream,
+                                            int* bad_labels = nullptr);
+
+// losses::sparse_categorical_crossentropy{from_logits} on the GPU: one of the two above.
+void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
+                                     float* d_outputs, float* row_loss, int rows, int classes, int valid_rows,
+                                     float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr);
+
+void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream);
+
+// *result_device = (Σ values[0, n)) / n, summed in double in a fixed order
+// (0 when n is 0): the step's loss from row_loss with n = valid_rows, as
+// train/cpu_engine.hpp's compute_loss does on the CPU.
+void mean_of(const float* values, int n, float* result_device, cudaStream_t stream);
+
+}  // namespace typeflow::backend::cuda

@@ -1,0 +1,20 @@
+// backend/cuda/context.hpp's for_each_index, compiled once (typeflow::cuda's
+// kernel library) for each of the merge layers' functors.
+#include "typeflow/backend/cuda/kernels/for_each_index.cuh"
+#include "typeflow/layers/merge_functors.hpp"
+
+namespace typeflow::backend::cuda {
+
+#define TYPEFLOW_FOR_EACH_INDEX(...) \
+  template void for_each_index<__VA_ARGS__>(std::size_t, __VA_ARGS__, cudaStream_t);
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::axpby)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::product)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::extreme<true>)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::extreme<false>)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::route)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::place)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::row_dot)
+TYPEFLOW_FOR_EACH_INDEX(typeflow::detail::merge_fn::scale_rows)
+#undef TYPEFLOW_FOR_EACH_INDEX
+
+}  // namespace typeflow::backend::cuda
