@@ -29,6 +29,7 @@
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/parameter_table.hpp"
@@ -59,7 +60,7 @@ class cpu_replicas {
   // the step counter (load_checkpoint continues it).
   void restore_runs(std::uint64_t seed, std::uint64_t step) {
     for (std::size_t r = 1; r <= secondaries_.size(); ++r) {
-      secondaries_[r - 1]->run.seed = mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
+      secondaries_[r - 1]->run.seed = distribute::replica_seed(seed, static_cast<int>(r));
       secondaries_[r - 1]->run.step = step;
     }
   }

@@ -34,6 +34,7 @@
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/multi_worker.hpp"
+#include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/model/memory_plan.hpp"
 
 namespace typeflow {
@@ -66,7 +67,7 @@ class cuda_replicas {
   // The dropout seed of this process's replica 0: each worker draws its own masks.
   std::uint64_t worker_seed(std::uint64_t seed) const {
     if constexpr (across_processes)
-      if (worker_->rank() > 0) return mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(worker_->rank()));
+      return distribute::worker_seed(seed, worker_->rank());
     return seed;
   }
   bool is_chief() const {

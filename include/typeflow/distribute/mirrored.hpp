@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct mirrored {
   static_assert(N >= 1, "mirrored<N>: N, the number of replicas, must be at least 1");
   static constexpr int replicas = N;
   static constexpr bool sync_statistics = (std::is_same_v<Options, sync_batch_norm_statistics> || ...);
+  // "mirrored<2>" or "mirrored<2, sync_batch_norm_statistics>", as checkpoints record it.
+  static std::string name() {
+    return "mirrored<" + std::to_string(N) + (sync_statistics ? ", sync_batch_norm_statistics>" : ">");
+  }
 };
 
 // A check whose name carries the facts, for the batch-split rule.

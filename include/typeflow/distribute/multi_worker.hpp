@@ -306,6 +306,7 @@ inline std::chrono::duration<double>& mpi_process::timeout() noexcept {
 
 struct multi_worker {
   static constexpr int replicas = 1;  // local replicas: one per process
+  static std::string name() { return "multi_worker"; }
 
   // How long a collective waits for the other workers before it throws. Set it
   // before training: tf::multi_worker::timeout = std::chrono::seconds(300);

@@ -3,10 +3,13 @@
 // (distribute/multi_worker.hpp) one per MPI process.
 #pragma once
 
+#include <string>
+
 namespace typeflow {
 
 struct single_device {
   static constexpr int replicas = 1;
+  static std::string name() { return "single_device"; }
 };
 
 }  // namespace typeflow

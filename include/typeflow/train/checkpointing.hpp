@@ -71,16 +71,11 @@ std::string network_name() {
   }(std::make_index_sequence<Net::layer_count>{});
 }
 
-// "single_device", "mirrored<2>", "mirrored<2, sync_batch_norm_statistics>" or "multi_worker".
+// "single_device", "mirrored<2>", "mirrored<2, sync_batch_norm_statistics>" or
+// "multi_worker": each strategy names itself.
 template <class Strategy>
 std::string strategy_name() {
-  if constexpr (std::is_same_v<Strategy, single_device>)
-    return "single_device";
-  else if constexpr (requires { Strategy::sync_statistics; })
-    return "mirrored<" + std::to_string(Strategy::replicas) +
-           (Strategy::sync_statistics ? ", sync_batch_norm_statistics>" : ">");
-  else
-    return "multi_worker";
+  return Strategy::name();
 }
 
 // The optimizer's and training's counters as the manifest holds them.

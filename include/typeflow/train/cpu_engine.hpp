@@ -23,6 +23,7 @@
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/cpu_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
@@ -190,7 +191,7 @@ class engine<Net, Policy, Strategy, cpu> {
   // workers draw their own masks.
   std::uint64_t worker_seed(std::uint64_t seed) const {
     if constexpr (requires { strategy_.rank(); })
-      if (strategy_.rank() > 0) return mix_seed(seed, 0x3C0A1u + static_cast<std::uint64_t>(strategy_.rank()));
+      return distribute::worker_seed(seed, strategy_.rank());
     return seed;
   }
 

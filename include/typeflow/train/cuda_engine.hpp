@@ -49,6 +49,7 @@
 #include "typeflow/backend/device.hpp"
 #include "typeflow/distribute/cuda_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/initialization.hpp"
@@ -313,7 +314,7 @@ class engine<Net, Policy, Strategy, cuda> {
  private:
   // Replica 0 draws the model's (worker's) dropout masks; the others their own, as on the CPU.
   static std::uint64_t replica_seed(std::uint64_t seed, int r) {
-    return r == 0 ? seed : mix_seed(seed, 0x5EB1CAu + static_cast<std::uint64_t>(r));
+    return distribute::replica_seed(seed, r);
   }
 
   // Where the step region starts: after the parameters, gradients and slots.
