@@ -53,7 +53,7 @@ std::unique_ptr<T, release> aligned(std::size_t count) {
 template <int Batch, int T, int D, int H, class Compute = tf::float32>
 struct attention_setup {
   using layer = typename tf::causal_self_attention<H>::template bind<
-      tf::shape<T, D>, tf::layer_context<1, void, void, 0, void, 1, false, tf::layer_precision<Compute>>>;
+      tf::shape<T, D>, tf::layer_context<1, void, void, 0, void, false, tf::layer_precision<Compute>>>;
   static constexpr std::size_t size = std::size_t{Batch} * T * D;
   tf::backend::cpu::context context;
   std::unique_ptr<float, release> in = aligned<float>(size), out = aligned<float>(size), d_out = aligned<float>(size),

@@ -257,11 +257,12 @@ TEST_CASE("dropout draws the CPU dropout layer's mask, and backward regenerates 
     io.d_out = grad.data();
     io.workspace = keep.data();
     io.run = &run;
+    io.salt = 4;
     tf::executor<tf::dropout<rate>, layer, batch, tf::cpu> cpu(io);
     cpu.forward();
     cpu.backward();
 
-    const std::uint64_t seed = tf::dropout_seed(42, context::salt);
+    const std::uint64_t seed = tf::dropout_seed(42, io.salt);
     cu::set_device_value(device_step.get(), step, s.get());
     for (int offset : {0, 1}) {  // aligned (vector path) and not (scalar path)
       CAPTURE(offset);

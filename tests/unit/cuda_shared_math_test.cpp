@@ -95,9 +95,10 @@ TEST_CASE("split_from peels up to the next multiple of the width inside a region
 // Dropout's mask.
 
 namespace {
-template <float Rate, class Context, int Batch, std::size_t Size>
-void check_dropout_mask(std::uint64_t seed, std::uint64_t step) {
-  using layer = typename tf::dropout<Rate>::template bind<tf::shape<Size>, Context>;
+// salt: the executor's layer_io::salt (a network's layer I has I).
+template <float Rate, int Batch, std::size_t Size>
+void check_dropout_mask(std::uint64_t seed, std::uint64_t step, std::uint64_t salt) {
+  using layer = typename tf::dropout<Rate>::template bind<tf::shape<Size>, tf::layer_context<1, void, void>>;
   constexpr std::size_t count = Batch * Size;
   std::vector<float> in(count), out(count), grad(count);
   std::vector<std::byte> keep(layer::workspace_bytes_per_sample * Batch);
@@ -114,11 +115,12 @@ void check_dropout_mask(std::uint64_t seed, std::uint64_t step) {
   io.d_out = grad.data();
   io.workspace = keep.data();
   io.run = &run;
+  io.salt = salt;
   tf::executor<tf::dropout<Rate>, layer, Batch, tf::cpu> dropout(io);
   dropout.forward();
   dropout.backward();
 
-  const tf::dropout_mask mask = tf::make_dropout_mask(tf::dropout_seed(seed, Context::salt), step, Rate);
+  const tf::dropout_mask mask = tf::make_dropout_mask(tf::dropout_seed(seed, salt), step, Rate);
   CHECK(mask.scale == 1.f / (1.f - Rate));
   std::size_t mismatches = 0, kept = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -140,12 +142,11 @@ void check_dropout_mask(std::uint64_t seed, std::uint64_t step) {
 }  // namespace
 
 TEST_CASE("dropout_mask draws the dropout layer's mask, tails and nested salts included") {
-  check_dropout_mask<0.3f, tf::layer_context<2, void, void>, 3, 1001>(11, 1);
-  check_dropout_mask<0.3f, tf::layer_context<2, void, void>, 3, 1001>(11, 2);
-  check_dropout_mask<0.5f, tf::layer_context<5, void, void>, 2, 999>(12345, 77);
-  check_dropout_mask<0.1f, tf::layer_context<1, void, void>, 1, 4099>(0, 1);
-  using outer = tf::layer_context<3, void, void>;
-  check_dropout_mask<0.25f, tf::nested_context<outer, void, void, 2>, 4, 257>(99, 5);
+  check_dropout_mask<0.3f, 3, 1001>(11, 1, 2);
+  check_dropout_mask<0.3f, 3, 1001>(11, 2, 2);
+  check_dropout_mask<0.5f, 2, 999>(12345, 77, 5);
+  check_dropout_mask<0.1f, 1, 4099>(0, 1, 1);
+  check_dropout_mask<0.25f, 4, 257>(99, 5, tf::child_salt(3, 2));  // child 2 of a combinator at layer 3
   // The integer threshold is exactly uniform(i) >= rate (the layer's tail test).
   for (float rate : {0.1f, 0.3f, 1.f / 3.f, 0.5f, 0.999f}) {
     const tf::dropout_mask mask = tf::make_dropout_mask(tf::dropout_seed(5, 1), 3, rate);

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/bound_layer.hpp"
 #include "../support/gradient_check.hpp"
 #include "../support/test_support.hpp"
 
@@ -211,4 +213,41 @@ TEST_CASE("fit trains a language model after generate, and generate works after 
   const auto& loss = history["loss"];
   CHECK(loss.back() < 0.5 * loss.front());
   CHECK(model.generate(std::vector<std::int32_t>{1, 2}, 5).size() == 5);
+}
+
+TEST_CASE("repeat's copies bind as one type, and their dropouts still draw distinct masks") {
+  // One bound type for every copy: the block's executors compile once.
+  using bound = tf::testing::bound_layer<tf::repeat<3, mlp_block>, tf::shape<T, D>, tf::layer_context<3, void, void>>;
+  static_assert(std::is_same_v<bound::child<0>, bound::child<1>> && std::is_same_v<bound::child<1>, bound::child<2>>);
+
+  // Two copies of a block that only drops: with one mask shared, half the
+  // elements would survive both; with two independent masks, a quarter.
+  constexpr std::size_t n = 4096;
+  using spec = tf::repeat<2, tf::sequential<tf::dropout<0.5f>>>;
+  using layer = tf::testing::bound_layer<spec, tf::shape<n>, tf::layer_context<1, void, void>>;
+  static_assert(std::is_same_v<layer::child<0>, layer::child<1>>);
+  auto bytes = [](std::size_t per_sample, std::size_t per_step) {
+    return std::vector<std::byte>(per_sample + per_step + 4 * tf::arena_alignment);
+  };
+  std::vector<std::byte> workspace = bytes(layer::workspace_bytes_per_sample, layer::workspace_bytes_per_step);
+  std::vector<std::byte> scratch = bytes(layer::scratch_bytes_per_sample, layer::scratch_bytes_per_step);
+  std::vector<float> in(n, 1.f), out(n, -1.f);
+  tf::run_state run{.training = true, .seed = 5, .step = 1};
+  tf::layer_io<tf::cpu> io;
+  io.in = in.data();
+  io.out = out.data();
+  io.workspace = workspace.data();
+  io.scratch = scratch.data();
+  io.run = &run;
+  io.salt = 1;
+  tf::executor<spec, layer, 1, tf::cpu> executor(io);
+  executor.forward();
+  std::size_t survived = 0, wrong = 0;
+  for (float y : out) {
+    survived += y != 0.f;
+    wrong += y != 0.f && y != 4.f;  // scaled by 2 in each copy
+  }
+  CHECK(wrong == 0);
+  CHECK(survived > n / 5);
+  CHECK(survived < 3 * n / 10);
 }

@@ -139,13 +139,6 @@ struct causal_self_attention {
                               (!decoding || steps == 1)>::passed,
                   "causal_self_attention<Heads>: a decoder feeds one position per call, an input of (1, D)");
     static constexpr bool with_dropout = dropout_rate > 0.f && !decoding;
-    // The dropout mask's stream: mix_seed(model seed, mask_salt), counter
-    // (step, element), with the layer's own salt (distinct for layers that
-    // share a position inside a combinator), or its position.
-    static constexpr std::uint64_t mask_salt = 0xA77Eu + [] {
-      if constexpr (requires { Context::salt; }) return static_cast<std::uint64_t>(Context::salt);
-      else return static_cast<std::uint64_t>(Context::position);
-    }();
 
     using input_shape = In;
     using output_shape = In;

@@ -7,8 +7,8 @@
 //
 // It keeps its input's dtype (16-bit storage under a 16-bit policy).
 //
-// The mask of element i at step s is a pure function of (model seed, layer
-// position, s, i), so a seeded run reproduces bit for bit, and both devices
+// The mask of element i at step s is a pure function of (model seed, the
+// layer's salt (layer_io::salt), s, i), so a seeded run reproduces bit for bit, and both devices
 // draw the same masks (backend/cpu/dropout.hpp, backend/cuda/layers.hpp).
 #pragma once
 
@@ -44,8 +44,6 @@ struct dropout {
     static constexpr std::size_t flops_per_sample = In::size;
     using compute_dtype = typename Context::precision::input;
     using output_dtype = typename Context::precision::input;
-    // The mask's stream: mix_seed(model seed, mask_salt), counter (step, i). The CUDA executor draws the same.
-    static constexpr std::uint64_t mask_salt = 0xD120u + Context::salt;
   };
 };
 

@@ -37,9 +37,14 @@ struct dropout_mask {
   }
 };
 
-// The layer's seed: what dropout.hpp passes to random_stream as `seed`.
+// The layer's seed: what dropout's executors pass to random_stream as
+// `seed`; layer_salt is the executor's layer_io::salt.
 constexpr std::uint64_t dropout_seed(std::uint64_t model_seed, std::uint64_t layer_salt) {
   return mix_seed(model_seed, 0xD120u + layer_salt);
+}
+// causal_self_attention's mask over its attention weights, likewise.
+constexpr std::uint64_t attention_dropout_seed(std::uint64_t model_seed, std::uint64_t layer_salt) {
+  return mix_seed(model_seed, 0xA77Eu + layer_salt);
 }
 inline std::uint32_t dropout_threshold(float rate) {
   return static_cast<std::uint32_t>(std::ceil(double{rate} * 16777216.0));

@@ -3,8 +3,8 @@
 // residual<Layers...>, recompute<Layers...>, repeat<N, Block> and a nested
 // sequential<Layers...> (one without an input) all bind their children the
 // way a network does: each child gets the previous child's output shape and
-// its own context (nested_context: its siblings as neighbours, its own
-// dropout salt). The chain then lays out, inside the one workspace and the
+// its own context (nested_context: its siblings as neighbours; its dropout
+// salt comes at run time, layer_io::salt). The chain then lays out, inside the one workspace and the
 // one scratch region a layer gets from the model's memory plan:
 //
 //   kept       each child's output (except where it aliases its input, and the
@@ -202,6 +202,13 @@ constexpr std::size_t leaf_count_of() {
     return Bound::params::count > 0 ? 1 : 0;
 }
 
+// As the first child's Previous: the children see no neighbours (void on
+// both sides), so that repeat's copies, which differ only in them, bind as
+// one type. Combinators never look at their neighbours; a repeated leaf
+// layer (dense, an activation) gives up fusing with its copies, which it
+// could not do anyway.
+struct isolated_children;
+
 // Binds Specs one after another from In, each with its nested context. The
 // children compute in the outer context's compute dtype; a child stores its
 // output in 16 bits when the siblings after it read 16 bits (the combinator's
@@ -213,15 +220,19 @@ struct bind_children {
 template <class Outer, class In, std::size_t I, class Previous, class InDtype, class Siblings, class Spec,
           class... Rest>
 struct bind_children<Outer, In, I, Previous, InDtype, Siblings, Spec, Rest...> {
-  using next = typename std::conditional_t<(sizeof...(Rest) > 0), std::tuple_element<0, std::tuple<Rest..., void>>,
+  static constexpr bool isolated = std::is_same_v<Previous, isolated_children>;
+  using next = typename std::conditional_t<(sizeof...(Rest) > 0 && !isolated),
+                                           std::tuple_element<0, std::tuple<Rest..., void>>,
                                            std::type_identity<void>>::type;
   using compute = typename Outer::precision::compute;
   using precision = layer_precision<compute, InDtype,
                                     !std::is_same_v<compute, float32> && reads_16bit_from<Siblings, I + 1>()>;
-  using bound = typename Spec::template bind<In, nested_context<Outer, Previous, next, I, precision>>;
+  using bound = typename Spec::template bind<
+      In, nested_context<Outer, std::conditional_t<isolated, void, Previous>, next, precision>>;
   using type = decltype(std::tuple_cat(
       std::declval<std::tuple<bound>>(),
-      std::declval<typename bind_children<Outer, typename bound::output_shape, I + 1, Spec,
+      std::declval<typename bind_children<Outer, typename bound::output_shape, I + 1,
+                                          std::conditional_t<isolated, isolated_children, Spec>,
                                           typename bound::output_dtype, Siblings, Rest...>::type>()));
 };
 
@@ -229,8 +240,9 @@ struct bind_children<Outer, In, I, Previous, InDtype, Siblings, Spec, Rest...> {
 
 // The bound facts and the executor of Specs... run as a chain from In.
 // FirstPrevious is what the first child sees before it: void (the children
-// of a combinator see only their siblings), or for frozen<...> at the start
-// of a network the network's input (an embedding checks that it reads token ids).
+// of a combinator see only their siblings), for frozen<...> at the start of a
+// network the network's input (an embedding checks that it reads token ids),
+// or detail::isolated_children (repeat: no neighbours at all).
 template <class Context, class In, bool Recompute, class FirstPrevious, class... Specs>
 struct chain_binding_after : layer_defaults {
   // Its executor is chain_executor (model/chain_executor.hpp), on every device.

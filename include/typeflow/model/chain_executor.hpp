@@ -129,6 +129,7 @@ class chain_executor {
     io.in = I == 0 ? io_.in : output(output_slot[I - 1]);
     io.out = output(output_slot[I]);
     io.d_out = gradient(gradient_slot[I]);
+    io.salt = child_salt(io_.salt, I);
     if constexpr (I == 0)
       io.d_in = in_place[0] ? gradient(gradient_slot[0]) : io_.d_in;
     else

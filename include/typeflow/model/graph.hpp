@@ -305,7 +305,7 @@ struct bind_node {
           std::type_identity<void>>::type;
       using precision =
           layer_precision<typename Outer::precision::compute, typename source<0>::output_dtype, false>;
-      using context = nested_context<Outer, previous, next, K - 1, precision>;
+      using context = nested_context<Outer, previous, next, precision>;
       return std::type_identity<typename spec::template bind<typename source<0>::output_shape, context>>{};
     }
   }

@@ -160,6 +160,7 @@ class graph_executor {
       io.in = output(p);
       io.out = output(K);
       io.d_out = gradient(K);
+      io.salt = child_salt(io_.salt, K - 1);
       if constexpr (Layer::in_place[K])
         io.d_in = gradient(K);
       else

@@ -70,32 +70,37 @@ constexpr bool reads_16bit_from() {
 // the whole network's std::tuple of specs, for layers that reach another
 // layer's parameters (tied_logits reuses the embedding matrix).
 //
-// Salt tells apart layers that share a position, the children of a
-// combinator: dropout draws its masks from it, so two dropouts in two
-// repeated blocks never draw the same mask. Nested is true inside a
-// combinator, whose root names the parameters (see model/chain.hpp).
+// Nested is true inside a combinator, whose root names the parameters (see
+// model/chain.hpp). What tells apart layers that share a position (the
+// children of a combinator) is layer_io::salt, at run time: the copies of
+// repeat<N, block> then bind as one type, and the block compiles once.
 //
 // Precision is a layer_precision<>.
-template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void,
-          std::uint64_t Salt = static_cast<std::uint64_t>(Position), bool Nested = false,
+template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void, bool Nested = false,
           class Precision = layer_precision<>>
 struct layer_context {
   using precision = Precision;
   static constexpr int position = Position;
   static constexpr int decode_length = DecodeLength;
-  static constexpr std::uint64_t salt = Salt;
   static constexpr bool nested = Nested;
   using previous = Previous;
   using next = Next;
   using specs = Specs;
 };
 
-// The place of child `Index` of a combinator at Outer: the neighbours are its
+// The place of a child of a combinator at Outer: the neighbours are its
 // siblings, the position (for error messages) and the rest are inherited;
-// Precision is worked out among the siblings (see chain.hpp).
-template <class Outer, class Previous, class Next, std::size_t Index, class Precision = layer_precision<>>
-using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs,
-                                     Outer::salt * 1000003u + Index + 1, true, Precision>;
+// Precision is worked out among the siblings (see chain.hpp). Which child it
+// is does not enter the type: the executors pass child_salt() on.
+template <class Outer, class Previous, class Next, class Precision = layer_precision<>>
+using nested_context =
+    layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs, true, Precision>;
+
+// layer_io::salt of child `index` of a combinator whose own salt is `outer`
+// (a layer of the network has its position as its salt).
+constexpr std::uint64_t child_salt(std::uint64_t outer, std::size_t index) {
+  return outer * 1000003u + index + 1;
+}
 
 // A check whose name carries the facts: when a static_assert on it fails,
 // g++ prints "'layer_check<layer_at<3, reshape<7, 7>>, given<shape<10>>,
@@ -244,6 +249,10 @@ struct layer_io {
   bool tied_gradient_written = false;
   typename Device::context* context = nullptr;
   const run_state* run = nullptr;
+  // Tells apart layers that share a position, so that two dropouts in two
+  // repeated blocks never draw the same mask: a network's layer I has I, the
+  // children of a combinator child_salt(its salt, their index).
+  std::uint64_t salt = 0;
 };
 
 // Layers without parameters.

@@ -30,8 +30,10 @@ template <class Block, std::size_t... I>
 struct repeat_chain<Block, std::index_sequence<I...>> {
   template <std::size_t>
   using copy = Block;
+  // The copies see no neighbours, so that they are one bound type (their
+  // executors tell them apart at run time, by layer_io::salt).
   template <class Context, class In>
-  using type = chain_binding<Context, In, false, copy<I>...>;
+  using type = chain_binding_after<Context, In, false, isolated_children, copy<I>...>;
 };
 }  // namespace detail
 

@@ -67,8 +67,8 @@ struct bind_layers {
         using precision =
             layer_precision<typename Policy::compute_type, typename previous::output_dtype,
                             !std::is_same_v<typename Policy::compute_type, float32> && reads_16bit_from<specs, I + 1>()>;
-        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs,
-                                      static_cast<std::uint64_t>(I), false, precision>;
+        using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs, false,
+                                      precision>;
         using layer = typename spec::template bind<typename previous::output_shape, context>;
         return boost::hana::append(so_far, boost::hana::type_c<layer>);
       });

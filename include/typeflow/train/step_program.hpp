@@ -99,6 +99,7 @@ class step_program {
     if constexpr (I == tied_embedding_layer() && any_tied()) io.tied_gradient_written = true;
     io.context = &context;
     io.run = &run;
+    io.salt = I;
     return executor_at<I>(io);
   }
   // The layer whose matrix tied_logits reuses: the first with an

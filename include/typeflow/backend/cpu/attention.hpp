@@ -44,6 +44,7 @@
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/attention.hpp"
+#include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
@@ -658,7 +659,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
 
   // Draws the keep mask of row i of head `pair`, j in [0, i].
   void draw_mask_row(int pair, int i, std::uint8_t* keep) const {
-    const random_stream rng{mix_seed(io_.run->seed, Layer::mask_salt), io_.run->step};
+    const random_stream rng{attention_dropout_seed(io_.run->seed, io_.salt), io_.run->step};
     const auto threshold = static_cast<std::uint32_t>(std::ceil(double{dropout_rate} * 16777216.0));
     const std::uint64_t first = (static_cast<std::uint64_t>(pair) * T + i) * T;
     std::uint32_t words[4];

@@ -12,6 +12,7 @@
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/dropout.hpp"
+#include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
@@ -20,7 +21,6 @@ namespace typeflow {
 template <float Rate, class Layer, int Batch>
 class executor<dropout<Rate>, Layer, Batch, cpu> : public executor_defaults {
   using output_dtype = typename Layer::output_dtype;
-  static constexpr std::uint64_t mask_salt = Layer::mask_salt;
   static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * Layer::input_shape::size);
   using value = typename output_dtype::value_type;  // float, f16 or bf16
   static constexpr float scale = 1.f / (1.f - Rate);
@@ -36,7 +36,7 @@ class executor<dropout<Rate>, Layer, Batch, cpu> : public executor_defaults {
       return;
     }
     auto* keep = reinterpret_cast<std::uint8_t*>(io_.workspace);
-    const random_stream rng{mix_seed(io_.run->seed, mask_salt), io_.run->step};
+    const random_stream rng{dropout_seed(io_.run->seed, io_.salt), io_.run->step};
     // keep when uniform >= Rate, i.e. when the top 24 bits >= ceil(Rate * 2^24).
     const auto threshold = static_cast<std::uint32_t>(std::ceil(double{Rate} * 16777216.0));
     constexpr std::ptrdiff_t blocks = count / 4, chunk = 256;

@@ -153,7 +153,7 @@ void activation_backward(const T* from_values, const float* dy, float* dx, std::
 // in backward from the same (seed, step) instead of kept.
 
 struct dropout_draw {
-  std::uint64_t layer_seed = 0;  // dropout_seed(run_state::seed, the layer's Context::salt)
+  std::uint64_t layer_seed = 0;  // dropout_seed(run_state::seed, layer_io::salt)
   std::uint64_t step = 0;        // run_state::step
   // When set, the step is read from here when the kernel runs (so each replay
   // of a captured graph draws that step's mask); `step` is then ignored.

@@ -28,6 +28,7 @@
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
+#include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/layers/layer_norm.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
@@ -231,7 +232,7 @@ class dropout_executor : public executor_defaults {
   static constexpr std::size_t count = static_cast<std::size_t>(Batch) * Layer::input_shape::size;
 
  public:
-  explicit dropout_executor(const layer_io<typeflow::cuda>& io) : io_(io), seed_(mix_seed(io.run->seed, Layer::mask_salt)) {}
+  explicit dropout_executor(const layer_io<typeflow::cuda>& io) : io_(io), seed_(dropout_seed(io.run->seed, io.salt)) {}
 
   void forward() {
     const cudaStream_t s = io_.context->stream;
