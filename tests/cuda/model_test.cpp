@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 
 #include <typeflow/cuda.hpp>
 
+#include "../support/test_support.hpp"
 #include "model_reference.hpp"
 
 namespace {
@@ -133,4 +136,19 @@ TEST_CASE("cuda model: a checkpoint continues the run bit for bit, and a backup 
   INFO("largest difference " << worst << " of weights up to " << largest);
   CHECK(worst <= 1e-5 * largest);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cuda model: a sparse label outside [0, classes) is refused before its step, as on the CPU") {
+  toy_data d = make_data();
+  tf::model<mlp, tf::float32, tf::single_device, tf::cuda> gpu(seed);
+  gpu.compile(tf::optimizers::sgd{.learning_rate = 0.05f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  // Batch 2 of the epoch holds a label of 10 (of 10 classes): batch 1 trains, then fit stops.
+  d.labels[static_cast<std::size_t>(batch + 3)] = 10;
+  const std::string message = tf::testing::message_of<std::invalid_argument>([&] { gpu.fit(toy_dataset(d), {.epochs = 1, .verbose = 0}); });
+  CHECK(message.find("sparse labels are class ids in [0, 10); label 3 of the batch is 10") != std::string::npos);
+  CHECK(gpu.iterations() == 1);
+  d.labels[static_cast<std::size_t>(batch + 3)] = -1;
+  const std::string evaluated = tf::testing::message_of<std::invalid_argument>([&] { gpu.evaluate(toy_dataset(d)); });
+  CHECK(evaluated.find("label 3 of the batch is -1") != std::string::npos);
 }

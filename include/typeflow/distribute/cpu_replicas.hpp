@@ -33,6 +33,7 @@
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/parameter_table.hpp"
+#include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/step_program.hpp"
 
 namespace typeflow {
@@ -133,8 +134,7 @@ class cpu_replicas {
     arena memory;
     backend::cpu::context context;
     run_state run;
-    std::shared_ptr<void> program;
-    int program_batch = 0;
+    program_slot program;
   };
 
   void synchronize(const std::byte* primary) {
@@ -146,16 +146,14 @@ class cpu_replicas {
   // A secondary's program for batch size N, set up once per size.
   template <int N>
   step_program<Net, N, cpu>& program_of(secondary& replica) {
-    if (replica.program_batch != N || !replica.program) {
-      replica.program.reset();
-      using plan = memory_plan<Net, N, 0>;
-      replica.memory.reserve(plan::total_bytes, plan::activations_offset);
-      replica.context.native_bf16 = backend::cpu::native_bf16_products();
-      replica.program = std::make_shared<step_program<Net, N, cpu>>(replica.memory.data(), plan::activations_offset,
-                                                                    replica.context, replica.run);
-      replica.program_batch = N;
-    }
-    return *std::static_pointer_cast<step_program<Net, N, cpu>>(replica.program);
+    using program_type = step_program<Net, N, cpu>;
+    if (program_type* held = replica.program.template find<program_type>(N)) return *held;
+    replica.program.reset();
+    using plan = memory_plan<Net, N, 0>;
+    replica.memory.reserve(plan::total_bytes, plan::activations_offset);
+    replica.context.native_bf16 = backend::cpu::native_bf16_products();
+    return replica.program.template emplace<program_type>(N, replica.memory.data(), plan::activations_offset,
+                                                          replica.context, replica.run);
   }
 
   // The mean of the replicas' gradients into replica 0's.

@@ -43,7 +43,7 @@ template <class Net, class Strategy>
 class cuda_replicas {
  public:
   static constexpr int count = Strategy::replicas;  // GPUs in this process
-  static constexpr bool across_processes = std::is_same_v<Strategy, multi_worker>;
+  static constexpr bool across_processes = Strategy::across_processes;
   // Whether a step is enqueued eagerly, NCCL between the replicas' layers,
   // rather than replayed as one captured graph.
   static constexpr bool eager = count > 1 || across_processes;

@@ -26,12 +26,14 @@
 
 #include <omp.h>
 
+#include "typeflow/distribute/strategy.hpp"
+
 namespace typeflow {
 
 struct sync_batch_norm_statistics {};
 
 template <int N, class... Options>
-struct mirrored {
+struct mirrored : distribute::one_process {
   static_assert(N >= 1, "mirrored<N>: N, the number of replicas, must be at least 1");
   static constexpr int replicas = N;
   static constexpr bool sync_statistics = (std::is_same_v<Options, sync_batch_norm_statistics> || ...);

@@ -116,6 +116,7 @@
 #include <type_traits>
 
 #include "typeflow/core/foreign_calls.hpp"
+#include "typeflow/distribute/strategy.hpp"
 
 namespace typeflow {
 
@@ -306,6 +307,8 @@ inline std::chrono::duration<double>& mpi_process::timeout() noexcept {
 
 struct multi_worker {
   static constexpr int replicas = 1;  // local replicas: one per process
+  static constexpr bool across_processes = true;
+  static constexpr bool sync_statistics = false;
   static std::string name() { return "multi_worker"; }
 
   // How long a collective waits for the other workers before it throws. Set it

@@ -1,14 +1,16 @@
-// Strategies: how many replicas train one model. single_device is one;
-// mirrored<N> (distribute/mirrored.hpp) runs N in threads, multi_worker
-// (distribute/multi_worker.hpp) one per MPI process.
+// single_device: one replica in one process (distribute/strategy.hpp lists
+// the strategies).
 #pragma once
 
 #include <string>
 
+#include "typeflow/distribute/strategy.hpp"
+
 namespace typeflow {
 
-struct single_device {
+struct single_device : distribute::one_process {
   static constexpr int replicas = 1;
+  static constexpr bool sync_statistics = false;
   static std::string name() { return "single_device"; }
 };
 

@@ -29,9 +29,12 @@
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
+#include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
+#include "typeflow/train/label_check.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
+#include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
@@ -58,8 +61,7 @@ class engine<Net, Policy, Strategy, cpu> {
   engine(training_state<Net>& training, std::uint64_t seed) : training_(training), replicas_(seed) {
     memory_.reserve(plan0::gradients_offset, 0);
     initialize_parameters<Net>(memory_.data(), seed);
-    if constexpr (requires { strategy_.broadcast(static_cast<float*>(nullptr), std::size_t{0}); })
-      strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
+    strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
     seed_ = seed;
     run_.seed = worker_seed(seed);
     context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
@@ -67,12 +69,7 @@ class engine<Net, Policy, Strategy, cpu> {
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
 
-  bool is_chief() const {
-    if constexpr (requires { strategy_.is_chief(); })
-      return strategy_.is_chief();
-    else
-      return true;
-  }
+  bool is_chief() const { return strategy_.is_chief(); }
   const Strategy& strategy() const { return strategy_; }
   const arena& memory() const { return memory_; }
   const precision::weight_copies& weight_copies() const { return context_.weight_copies; }
@@ -103,7 +100,7 @@ class engine<Net, Policy, Strategy, cpu> {
     void stage(const Batch& batch, int) { staged = &batch; }
     void launch(int) { loss = e.step_on(*staged); }
     double finish(int) { return loss; }
-    void validate(const data::any_dataset<Batch>& data) { e.run_evaluation(e.template program_for<Batch::size>(), data); }
+    void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
@@ -112,28 +109,20 @@ class engine<Net, Policy, Strategy, cpu> {
     return {*this};
   }
 
+  // The loss and metrics over every sample of `data`, in inference mode.
   template <class Data>
   void evaluate(const Data& data) {
-    run_evaluation(program_for<Data::element_type::size>(), data);
+    constexpr int N = Data::element_type::size;
+    inference_pass<N> pass{*this, program_for<N>()};
+    const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
+    evaluation_loop<Net>(training_, data, pass, penalty);
   }
 
+  // The outputs for every sample of `data`, in inference mode.
   template <class Data>
   std::vector<float> predict(const Data& data) {
-    using batch_type = typename Data::element_type;
-    constexpr std::size_t per_sample = Net::output_shape_type::size;
-    auto& program = program_for<batch_type::size>();
-    std::vector<float> outputs;
-    if (data.cardinality() > 0) outputs.reserve(static_cast<std::size_t>(data.cardinality()) * batch_type::size * per_sample);
-    batch_type batch;
-    auto cursor = data.open(0);
-    run_.training = false;
-    while (cursor.next(batch)) {  // labels, if the dataset has any, are not read
-      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
-      program.forward();
-      const float* out = program.output();
-      outputs.insert(outputs.end(), out, out + static_cast<std::size_t>(batch.valid) * per_sample);
-    }
-    return outputs;
+    constexpr int N = Data::element_type::size;
+    return predict_loop<Net>(data, inference_pass<N>{*this, program_for<N>()});
   }
 
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {
@@ -190,9 +179,7 @@ class engine<Net, Policy, Strategy, cpu> {
   // The dropout seed of this process's replica 0: multi_worker's other
   // workers draw their own masks.
   std::uint64_t worker_seed(std::uint64_t seed) const {
-    if constexpr (requires { strategy_.rank(); })
-      return distribute::worker_seed(seed, strategy_.rank());
-    return seed;
+    return distribute::worker_seed(seed, strategy_.rank());
   }
 
   std::size_t step_base() const {
@@ -217,22 +204,20 @@ class engine<Net, Policy, Strategy, cpu> {
   }
   template <class Program_net, int N>
   step_program<Program_net, N, cpu>& program_in(int marker) {
-    if (program_batch_ != marker || !program_) {
-      program_.reset();
-      context_.weight_copies.clear();  // the new program's layers register theirs
-      using plan = memory_plan<Program_net, N, 0>;
-      memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
-      context_.native_bf16 = backend::cpu::native_bf16_products();
-      program_ = std::make_shared<step_program<Program_net, N, cpu>>(memory_.data(), step_base(), context_, run_);
-      program_batch_ = marker;
-    }
-    return *std::static_pointer_cast<step_program<Program_net, N, cpu>>(program_);
+    using program_type = step_program<Program_net, N, cpu>;
+    if (program_type* held = program_.template find<program_type>(marker)) return *held;
+    program_.reset();
+    context_.weight_copies.clear();  // the new program's layers register theirs
+    using plan = memory_plan<Program_net, N, 0>;
+    memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
+    context_.native_bf16 = backend::cpu::native_bf16_products();
+    return program_.template emplace<program_type>(marker, memory_.data(), step_base(), context_, run_);
   }
 
   // One optimisation step on a full batch, on one replica or on all.
   template <class Batch>
   double step_on(const Batch& batch) {
-    check_labels(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
+    check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
     if constexpr (replica_count == 1) {
       auto& program = program_for<Batch::size>();
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
@@ -281,8 +266,7 @@ class engine<Net, Policy, Strategy, cpu> {
     float* weights = memory_.template at<float>(0);
     float* grads = memory_.template at<float>(plan0::gradients_offset);
     // Across processes (multi_worker): the mean over every worker's gradient.
-    if constexpr (requires { strategy_.all_reduce_mean(static_cast<float*>(nullptr), std::size_t{0}); })
-      strategy_.all_reduce_mean(grads, Net::trainable_floats);
+    strategy_.all_reduce_mean(grads, Net::trainable_floats);
     // The NaN policy (train/non_finite.hpp): after the all-reduce, so that
     // every worker stops at the same step; before the update, so that the
     // weights stay the last good step's.
@@ -355,26 +339,6 @@ class engine<Net, Policy, Strategy, cpu> {
     return copy_table_.data();
   }
 
-  // Sparse labels are class ids: one outside [0, classes) trained silently
-  // on another class, or wrote outside its row (the loss's gradient at the
-  // label). Checked over the rows the loss reads, before anything of the
-  // step runs: one pass over a batch's ids.
-  template <class Label>
-  static void check_labels(const Label* labels, std::ptrdiff_t rows) {
-    if constexpr (std::is_same_v<Label, std::int32_t>) {
-      int outside = 0;
-#pragma omp simd reduction(| : outside)
-      for (std::ptrdiff_t r = 0; r < rows; ++r)
-        outside |= static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(classes);
-      if (!outside) return;
-      for (std::ptrdiff_t r = 0; r < rows; ++r)
-        if (static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(classes))
-          throw std::invalid_argument("sparse labels are class ids in [0, " + std::to_string(classes) +
-                                      "); label " + std::to_string(r) + " of the batch is " +
-                                      std::to_string(labels[r]) + ". Nothing of this step ran");
-    }
-  }
-
   // The mean loss over the program's first `valid` samples; writes
   // d(loss)/d(output). labels: the program's batch of labels.
   template <class Program, class Label>
@@ -409,23 +373,27 @@ class engine<Net, Policy, Strategy, cpu> {
     for (auto& m : training_.metrics) m->update(program.output(), labels, valid_rows, classes);
   }
 
-  template <class Program, class Data>
-  void run_evaluation(Program& program, const Data& data) {
-    using batch_type = typename Data::element_type;
-    training_.reset_metrics();
-    batch_type batch;
-    auto cursor = data.open(0);
-    run_.training = false;
-    const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
-    while (cursor.next(batch)) {
-      check_labels(batch.labels.data(), static_cast<std::ptrdiff_t>(batch.valid * rows_per_sample));
+  // predict's and evaluate's view of the program for batch size N
+  // (train/inference_loop.hpp).
+  template <int N>
+  struct inference_pass {
+    engine& e;
+    step_program<Net, N, cpu>& program;
+    template <class Batch>
+    void forward(const Batch& batch) {
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
+      e.run_.training = false;
       program.forward();
-      training_.loss_mean.update(compute_loss(program, batch.labels.data(), batch.valid) + penalty, batch.valid);
-      training_.regularization_mean.update(penalty, batch.valid);
-      update_metrics(program, batch.labels.data(), batch.valid);
     }
-  }
+    void append_outputs(std::vector<float>& to, std::size_t count) const {
+      to.insert(to.end(), program.output(), program.output() + count);
+    }
+    template <class Batch>
+    double loss(const Batch& batch) {
+      return e.compute_loss(program, batch.labels.data(), batch.valid);
+    }
+    const float* outputs() const { return program.output(); }
+  };
 
   [[no_unique_address]] Strategy strategy_{};  // declared first: multi_worker starts MPI before anything else
   training_state<Net>& training_;              // the model's: optimizer, loss, metrics, counters, means
@@ -434,8 +402,7 @@ class engine<Net, Policy, Strategy, cpu> {
   run_state run_;
   std::uint64_t seed_ = 0;  // the model's
   precision::loss_scale loss_scale_{precision::dynamic_loss_scale{}};  // used under mixed_float16 only
-  std::shared_ptr<void> program_;
-  int program_batch_ = 0;
+  program_slot program_;
   std::vector<bf16*> copy_table_;  // weight_copy_table()'s, for copies of this generation
   std::uint64_t copy_table_generation_ = ~std::uint64_t{0};
   cpu_replicas<Net, Strategy> replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads

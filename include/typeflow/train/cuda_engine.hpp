@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -52,8 +53,11 @@
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"
+#include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
+#include "typeflow/train/label_check.hpp"
 #include "typeflow/train/parameter_table.hpp"
+#include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
 
@@ -65,13 +69,7 @@ class engine<Net, Policy, Strategy, cuda> {
                 "model<Net, Policy, Strategy, cuda>: kernel and bias regularizers are not on tf::cuda yet");
   using replication = cuda_replicas<Net, Strategy>;
   static constexpr bool across_processes = replication::across_processes;
-  static constexpr bool syncs_statistics = [] {
-    if constexpr (requires { Strategy::sync_statistics; })
-      return Strategy::sync_statistics;
-    else
-      return false;
-  }();
-  static_assert(!syncs_statistics,
+  static_assert(!Strategy::sync_statistics,
                 "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: batch_norm is not on tf::cuda yet");
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
@@ -168,7 +166,7 @@ class engine<Net, Policy, Strategy, cuda> {
     void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
     void launch(int parity) { e.template launch_train_step<shard>(parity); }
     double finish(int parity) { return e.template finish_train_step<shard>(parity); }
-    void validate(const data::any_dataset<Batch>& data) { e.run_evaluation(data); }
+    void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
@@ -181,39 +179,16 @@ class engine<Net, Policy, Strategy, cuda> {
   }
 
   // The loss and metrics over every sample of `data` (the last batch padded
-  // and masked), in inference mode, on replica 0.
+  // and masked), in inference mode, on replica 0, without a graph.
   template <class Data>
   void evaluate(const Data& data) {
-    run_evaluation(data);
+    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(*this), 0.0);
   }
 
   // The outputs for every sample of `data`, in inference mode, on replica 0.
   template <class Data>
   std::vector<float> predict(const Data& data) {
-    using batch_type = typename Data::element_type;
-    constexpr int N = batch_type::size;
-    auto& r = *replicas_[0];
-    auto& program = r.template program_for<N>(*this);
-    backend::cuda::device_guard on(r.device);
-    constexpr std::size_t per_sample = output_shape_type::size;
-    std::vector<float> outputs;
-    batch_type batch;
-    auto cursor = data.open(0);
-    while (cursor.next(batch)) {
-      r.stage_features(batch.features.data(), 0);
-      r.staging[0].copied.wait_on(r.compute.get());
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
-                                          cudaMemcpyDeviceToDevice, r.compute.get()));
-      r.run.training = false;
-      program.forward();
-      const std::size_t count = static_cast<std::size_t>(batch.valid) * per_sample;
-      const std::size_t at = outputs.size();
-      outputs.resize(at + count);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(outputs.data() + at, program.output(), count * sizeof(float),
-                                          cudaMemcpyDeviceToHost, r.compute.get()));
-      r.compute.synchronize();
-    }
-    return outputs;
+    return predict_loop<Net>(data, inference_pass<Data::element_type::size>(*this));
   }
 
   template <class Prompt>
@@ -350,8 +325,7 @@ class engine<Net, Policy, Strategy, cuda> {
     backend::cuda::pinned_buffer state_host{sizeof(step_state)};
     backend::cuda::device_buffer arena;
     std::unique_ptr<backend::cuda::device_optimizer_base> optimizer;
-    std::shared_ptr<void> program;
-    int program_batch = 0;
+    program_slot program;
     std::array<staging_buffers, 2> staging;
     std::size_t feature_bytes = 0, label_bytes = 0;
     backend::cuda::pinned_buffer results_host;  // row losses, then outputs
@@ -376,14 +350,13 @@ class engine<Net, Policy, Strategy, cuda> {
     void forget_program() {
       for (auto& g : train_graph) g.reset();
       program.reset();
-      program_batch = 0;
     }
 
     // The arena for batch size N (growing keeps the weights, gradients and
     // slots), its program, and the staging buffers, once per size.
     template <int N, class Model>
     program_type<N>& program_for(Model& m) {
-      if (!program || program_batch != N) {
+      if (!program.template find<program_type<N>>(N)) {
         backend::cuda::device_guard on(device);
         using plan = memory_plan<Net, N, 0>;
         const std::size_t step_base = m.step_base();
@@ -399,7 +372,7 @@ class engine<Net, Policy, Strategy, cuda> {
         }
         forget_program();
         m.replication_.forget();  // the gradient regions moved
-        program = std::make_shared<program_type<N>>(arena.data(), step_base, context, run);
+        program.template emplace<program_type<N>>(N, arena.data(), step_base, context, run);
         // Two pinned host buffers and two device buffers, so batch k + 1
         // moves while step k runs.
         feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
@@ -412,10 +385,9 @@ class engine<Net, Policy, Strategy, cuda> {
         }
         const std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
         results_host = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float));
-        program_batch = N;
       }
       if (!m.device_has_weights_) m.upload_weights();
-      return *std::static_pointer_cast<program_type<N>>(program);
+      return program.template get<program_type<N>>();
     }
 
     // Copies one batch (or shard) into pinned memory and queues its upload.
@@ -423,17 +395,24 @@ class engine<Net, Policy, Strategy, cuda> {
       auto& s = staging[static_cast<std::size_t>(parity)];
       std::memcpy(s.host.data(), features, feature_bytes);
       std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
-      enqueue_upload(s, feature_bytes + label_bytes);
+      enqueue_upload(s, 0, feature_bytes + label_bytes);
     }
     // The features only (predict: the dataset may have no class ids).
     void stage_features(const void* features, int parity) {
       auto& s = staging[static_cast<std::size_t>(parity)];
       std::memcpy(s.host.data(), features, feature_bytes);
-      enqueue_upload(s, feature_bytes);
+      enqueue_upload(s, 0, feature_bytes);
     }
-    void enqueue_upload(staging_buffers& s, std::size_t bytes) {
+    // The labels only (evaluate, after stage_features).
+    void stage_labels(const std::int32_t* labels, int parity) {
+      auto& s = staging[static_cast<std::size_t>(parity)];
+      std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
+      enqueue_upload(s, feature_bytes, label_bytes);
+    }
+    void enqueue_upload(staging_buffers& s, std::size_t from, std::size_t bytes) {
       backend::cuda::device_guard on(device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data(), s.host.data(), bytes, cudaMemcpyHostToDevice, copy.get()));
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data() + from, s.host.data() + from, bytes,
+                                          cudaMemcpyHostToDevice, copy.get()));
       s.copied.record(copy.get());
     }
   };
@@ -452,7 +431,7 @@ class engine<Net, Policy, Strategy, cuda> {
 
   template <int Shard>
   program_type<Shard>& program_of(replica& r) {
-    return *std::static_pointer_cast<program_type<Shard>>(r.program);
+    return r.program.template get<program_type<Shard>>();
   }
 
   template <int Shard, class Batch>
@@ -461,6 +440,15 @@ class engine<Net, Policy, Strategy, cuda> {
                   "model<..., cuda>: the fused loss takes int32 class ids as labels");
     constexpr std::size_t features_per_shard = static_cast<std::size_t>(Shard) * Batch::features_type::size;
     constexpr std::size_t labels_per_shard = static_cast<std::size_t>(Shard) * Batch::label_type::size;
+    // Batch k + 1 is staged while step k runs: a bad label is refused when
+    // its own step would start, after step k has finished.
+    refused_[static_cast<std::size_t>(parity)] = nullptr;
+    try {
+      check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
+    } catch (const std::invalid_argument&) {
+      refused_[static_cast<std::size_t>(parity)] = std::current_exception();
+      return;
+    }
     for (int r = 0; r < replica_count; ++r)
       replicas_[static_cast<std::size_t>(r)]->stage(batch.features.data() + r * features_per_shard,
                                                    batch.labels.data() + r * labels_per_shard, parity);
@@ -471,6 +459,8 @@ class engine<Net, Policy, Strategy, cuda> {
   // strategy's all-reduce in between.
   template <int Shard>
   void launch_train_step(int parity) {
+    if (refused_[static_cast<std::size_t>(parity)])
+      std::rethrow_exception(std::exchange(refused_[static_cast<std::size_t>(parity)], nullptr));
     ++steps_;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
@@ -576,28 +566,41 @@ class engine<Net, Policy, Strategy, cuda> {
     return loss;
   }
 
-  // Inference over a dataset on replica 0, without a graph (the last batch
-  // may be partial).
-  template <class Data>
-  void run_evaluation(const Data& data) {
-    using batch_type = typename Data::element_type;
-    constexpr int N = batch_type::size;
-    constexpr int rows = N * static_cast<int>(rows_per_sample);
-    auto& r = *replicas_[0];
-    auto& program = r.template program_for<N>(*this);
-    backend::cuda::device_guard on(r.device);
-    training_.reset_metrics();
-    batch_type batch;
-    auto cursor = data.open(0);
-    const float* out = r.results() + rows;
-    while (cursor.next(batch)) {
-      r.stage(batch.features.data(), batch.labels.data(), 0);
+  // predict's and evaluate's view of replica 0's program for batch size N
+  // (train/inference_loop.hpp): each call waits for the device.
+  template <int N>
+  struct inference_pass {
+    static constexpr int rows = N * static_cast<int>(rows_per_sample);
+    replica& r;
+    program_type<N>& program;
+    backend::cuda::device_guard on;
+    explicit inference_pass(engine& e)
+        : r(*e.replicas_[0]), program(r.template program_for<N>(e)), on(r.device) {}
+
+    template <class Batch>
+    void forward(const Batch& batch) {
+      r.stage_features(batch.features.data(), 0);
       r.staging[0].copied.wait_on(r.compute.get());
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
                                           cudaMemcpyDeviceToDevice, r.compute.get()));
       r.run.training = false;
       program.forward();
+    }
+    void append_outputs(std::vector<float>& to, std::size_t count) {
+      const std::size_t at = to.size();
+      to.resize(at + count);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to.data() + at, program.output(), count * sizeof(float),
+                                          cudaMemcpyDeviceToHost, r.compute.get()));
+      r.compute.synchronize();
+    }
+    // The fused loss over the valid rows; the row losses and outputs come back.
+    template <class Batch>
+    double loss(const Batch& batch) {
+      static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
+                    "evaluate on tf::cuda: the fused loss takes int32 class ids");
       const int valid_rows = batch.valid * static_cast<int>(rows_per_sample);
+      r.stage_labels(batch.labels.data(), 0);
+      r.staging[0].copied.wait_on(r.compute.get());
       backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(0), program.output_gradient(),
                                                   program.row_losses(), rows, classes, valid_rows, 1.f,
                                                   r.compute.get());
@@ -605,10 +608,10 @@ class engine<Net, Policy, Strategy, cuda> {
       r.compute.synchronize();
       double sum = 0;
       for (int i = 0; i < valid_rows; ++i) sum += r.results()[i];
-      if (valid_rows > 0) training_.loss_mean.update(sum / valid_rows, batch.valid);
-      for (auto& m : training_.metrics) m->update(out, batch.labels.data(), valid_rows, classes);
+      return valid_rows > 0 ? sum / valid_rows : 0.0;
     }
-  }
+    const float* outputs() const { return r.results() + rows; }
+  };
 
   void restart_loss_scale(step_state fresh) {
     fresh.iterations = training_.iterations;
@@ -671,6 +674,7 @@ class engine<Net, Policy, Strategy, cuda> {
   std::vector<std::unique_ptr<replica>> replicas_;  // destroyed before the communicators
   bool device_has_weights_ = false;
   mutable bool host_stale_ = false;  // the devices trained since the host copy
+  std::array<std::exception_ptr, 2> refused_;  // a staged batch's bad labels, thrown at its launch
 };
 
 }  // namespace typeflow

@@ -39,6 +39,7 @@
 #include "typeflow/data/example.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
+#include "typeflow/distribute/strategy.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/weights_options.hpp"
 #include "typeflow/model/memory_plan.hpp"
@@ -107,8 +108,9 @@ class model {
                 "model<Net, Policy>: Policy is float32, mixed_float16, mixed_bfloat16 or a policy<Param, Compute, Output>");
   static_assert(std::is_same_v<Device, cpu> || std::is_same_v<Device, cuda>,
                 "model<Net, Policy, Strategy, Device>: Device is cpu or cuda");
-  static_assert(Strategy::replicas >= 1,
-                "model<Net, Policy, Strategy, Device>: Strategy is single_device, mirrored<N> or multi_worker");
+  static_assert(strategy<Strategy>,
+                "model<Net, Policy, Strategy, Device>: Strategy is single_device, mirrored<N> or multi_worker, or "
+                "a type with their facts and collectives (distribute/strategy.hpp lists them)");
 
  public:
   using policy_type = typename detail::policy_of<Policy>::type;
