@@ -13,12 +13,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "typeflow/backend/cpu/parallel.hpp"
 #include "typeflow/core/fast_math.hpp"
+#include "typeflow/core/host_device.hpp"
 
 namespace typeflow::losses {
 
@@ -27,18 +29,43 @@ enum class label_form { sparse, dense };
 namespace detail {
 // log(sum(exp(z))) over one row, stably, in vector lanes (fast_exp; the
 // sums in lanes: a GPT-2 head's rows are 50257 wide).
-inline float log_sum_exp(const float* z, int n) {
+TYPEFLOW_HOST_DEVICE float log_sum_exp(const float* z, int n) {
   float max = z[0];
+#if !defined(__CUDA_ARCH__)
 #pragma omp simd reduction(max : max)
+#endif
   for (int j = 1; j < n; ++j) max = z[j] > max ? z[j] : max;
   float sum = 0.f;
+#if !defined(__CUDA_ARCH__)
 #pragma omp simd reduction(+ : sum)
+#endif
   for (int j = 0; j < n; ++j) sum += fast_exp(z[j] - max);
   return max + std::log(sum);
 }
 // Keras clips probabilities into [epsilon, 1 - epsilon] before the log.
 inline constexpr float probability_epsilon = 1e-7f;
+TYPEFLOW_HOST_DEVICE float clip_probability(float q) {
+  constexpr float low = probability_epsilon, high = 1.f - probability_epsilon;
+  return q < low ? low : (q > high ? high : q);
+}
 }  // namespace detail
+
+// A row loss over (rows, width) outputs and targets on the CPU's cores: the
+// rows past valid_rows are padding (zero loss, zero gradient).
+template <class Loss>
+void apply_rows(const Loss& loss, const float* out, const float* targets, std::ptrdiff_t rows, int width,
+                std::ptrdiff_t valid_rows, float* d_out, float* row_loss) {
+  const float scale = Loss::gradient_scale(valid_rows, width);
+  backend::cpu::parallel_rows(rows, width, [=, &loss](std::ptrdiff_t r) {
+    float* g = d_out + r * width;
+    if (r >= valid_rows) {
+      std::fill(g, g + width, 0.f);
+      row_loss[r] = 0.f;
+      return;
+    }
+    row_loss[r] = loss.row(out + r * width, targets + r * width, width, scale, g);
+  });
+}
 
 // -log softmax(z)[y] from logits, or -log(p[y] / sum(p)) from probabilities.
 struct sparse_categorical_crossentropy {
@@ -71,7 +98,7 @@ struct sparse_categorical_crossentropy {
         float sum = 0.f;
         for (int j = 0; j < classes; ++j) sum += z[j];
         const float q = z[y] / sum;
-        const float clipped = std::clamp(q, detail::probability_epsilon, 1.f - detail::probability_epsilon);
+        const float clipped = detail::clip_probability(q);
         row_loss[r] = -std::log(clipped);
         // d/dp_j of -log(p_y / S) is 1/S - [j == y] / p_y; zero where the clip holds.
         const bool inside = q == clipped;
@@ -82,6 +109,13 @@ struct sparse_categorical_crossentropy {
   }
 };
 
+// Dense-target losses give their arithmetic as one row's work, `row`, which
+// both devices run: the CPU over its cores (apply_rows below), the GPU as a
+// thread per row (backend/cuda/losses.hpp), so the CPU tests check the very
+// code the GPU executes. A row gets its outputs y and targets t (width
+// values each), writes d(mean loss)/dy into g and returns its loss;
+// gradient_scale(valid_rows, width) is the mean's factor that g carries.
+
 // -sum(t * log softmax(z)) for dense (e.g. one-hot) targets t.
 struct categorical_crossentropy {
   bool from_logits = false;
@@ -90,50 +124,44 @@ struct categorical_crossentropy {
   static constexpr label_form labels = label_form::dense;
   static constexpr int min_classes = 2;
 
+  TYPEFLOW_HOST_DEVICE static float gradient_scale(std::ptrdiff_t valid_rows, int) {
+    return valid_rows > 0 ? 1.f / static_cast<float>(valid_rows) : 0.f;
+  }
+
+  TYPEFLOW_HOST_DEVICE float row(const float* z, const float* t, int classes, float scale, float* g) const {
+    float target_sum = 0.f;
+    for (int j = 0; j < classes; ++j) target_sum += t[j];
+    if (from_logits) {
+      const float lse = detail::log_sum_exp(z, classes);
+      float loss = 0.f;
+      for (int j = 0; j < classes; ++j) {
+        loss += t[j] * (lse - z[j]);
+        g[j] = (fast_exp(z[j] - lse) * target_sum - t[j]) * scale;
+      }
+      return loss;
+    }
+    float sum = 0.f;
+    for (int j = 0; j < classes; ++j) sum += z[j];
+    // L = -sum_j t_j log(clip(p_j / S)); where p_j / S is inside the clip,
+    // dL/dp_k = -t_k / p_k + (1 / S) sum_j t_j, else that term is zero.
+    float loss = 0.f, shared = 0.f;
+    for (int j = 0; j < classes; ++j) {
+      const float q = z[j] / sum;
+      const float clipped = detail::clip_probability(q);
+      loss -= t[j] * std::log(clipped);
+      if (q == clipped) shared += t[j];
+    }
+    for (int j = 0; j < classes; ++j) {
+      const float q = z[j] / sum;
+      const float own = q == detail::clip_probability(q) ? -t[j] / z[j] : 0.f;
+      g[j] = (own + shared / sum) * scale;
+    }
+    return loss;
+  }
+
   void operator()(const float* out, const float* targets, std::ptrdiff_t rows, int classes,
                   std::ptrdiff_t valid_rows, float* d_out, float* row_loss) const {
-    const float scale = valid_rows > 0 ? 1.f / static_cast<float>(valid_rows) : 0.f;
-    const bool logits = from_logits;
-    backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
-      const float* z = out + r * classes;
-      const float* t = targets + r * classes;
-      float* g = d_out + r * classes;
-      if (r >= valid_rows) {
-        std::fill(g, g + classes, 0.f);
-        row_loss[r] = 0.f;
-        return;
-      }
-      float target_sum = 0.f;
-      for (int j = 0; j < classes; ++j) target_sum += t[j];
-      if (logits) {
-        const float lse = detail::log_sum_exp(z, classes);
-        float loss = 0.f;
-        for (int j = 0; j < classes; ++j) {
-          loss += t[j] * (lse - z[j]);
-          g[j] = (fast_exp(z[j] - lse) * target_sum - t[j]) * scale;
-        }
-        row_loss[r] = loss;
-      } else {
-        float sum = 0.f;
-        for (int j = 0; j < classes; ++j) sum += z[j];
-        // L = -sum_j t_j log(clip(p_j / S)); where p_j / S is inside the clip,
-        // dL/dp_k = -t_k / p_k + (1 / S) sum_j t_j, else that term is zero.
-        float loss = 0.f, shared = 0.f;
-        for (int j = 0; j < classes; ++j) {
-          const float q = z[j] / sum;
-          const float clipped = std::clamp(q, detail::probability_epsilon, 1.f - detail::probability_epsilon);
-          loss -= t[j] * std::log(clipped);
-          if (q == clipped) shared += t[j];
-        }
-        for (int j = 0; j < classes; ++j) {
-          const float q = z[j] / sum;
-          const float clipped = std::clamp(q, detail::probability_epsilon, 1.f - detail::probability_epsilon);
-          const float own = q == clipped ? -t[j] / z[j] : 0.f;
-          g[j] = (own + shared / sum) * scale;
-        }
-        row_loss[r] = loss;
-      }
-    });
+    apply_rows(*this, out, targets, rows, classes, valid_rows, d_out, row_loss);
   }
 };
 
@@ -143,26 +171,23 @@ struct mean_squared_error {
   static constexpr label_form labels = label_form::dense;
   static constexpr int min_classes = 1;
 
+  TYPEFLOW_HOST_DEVICE static float gradient_scale(std::ptrdiff_t valid_rows, int width) {
+    return valid_rows > 0 ? 2.f / (static_cast<float>(valid_rows) * static_cast<float>(width)) : 0.f;
+  }
+
+  TYPEFLOW_HOST_DEVICE float row(const float* y, const float* t, int width, float scale, float* g) const {
+    float sum = 0.f;
+    for (int j = 0; j < width; ++j) {
+      const float e = y[j] - t[j];
+      sum += e * e;
+      g[j] = e * scale;
+    }
+    return sum / static_cast<float>(width);
+  }
+
   void operator()(const float* out, const float* targets, std::ptrdiff_t rows, int width,
                   std::ptrdiff_t valid_rows, float* d_out, float* row_loss) const {
-    const float scale = valid_rows > 0 ? 2.f / (static_cast<float>(valid_rows) * width) : 0.f;
-    backend::cpu::parallel_rows(rows, width, [=](std::ptrdiff_t r) {
-      const float* y = out + r * width;
-      const float* t = targets + r * width;
-      float* g = d_out + r * width;
-      if (r >= valid_rows) {
-        std::fill(g, g + width, 0.f);
-        row_loss[r] = 0.f;
-        return;
-      }
-      float sum = 0.f;
-      for (int j = 0; j < width; ++j) {
-        const float e = y[j] - t[j];
-        sum += e * e;
-        g[j] = e * scale;
-      }
-      row_loss[r] = sum / static_cast<float>(width);
-    });
+    apply_rows(*this, out, targets, rows, width, valid_rows, d_out, row_loss);
   }
 };
 

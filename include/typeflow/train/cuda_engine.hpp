@@ -11,7 +11,7 @@
 // changed.
 //
 // One training step is captured once per batch size as a CUDA graph and
-// replayed: the batch's copy into the input, forward, the fused loss,
+// replayed: the batch's copy into the input, forward, the loss,
 // backward, the optimizer (one statistics pass, one update kernel), and the
 // copies of the step's losses and outputs back to pinned memory. The next
 // batch's host-to-device copy runs on a second stream while a step computes.
@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "typeflow/backend/cuda/layers.hpp"
+#include "typeflow/backend/cuda/losses.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/nccl.hpp"
@@ -117,17 +118,18 @@ class engine<Net, Policy, Strategy, cuda> {
   // Replica 0's device arena in bytes (0 before the first step).
   std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
 
+  // Refuses what the GPU cannot run; the loss's executor on the device
+  // (backend/cuda/losses.hpp) takes over at compiled().
   template <class Optimizer, class Loss>
-  void check_compile(const Optimizer& optimizer, const Loss& loss) const {
+  void check_compile(const Optimizer& optimizer, const Loss& loss) {
     if (optimizers::ema_options_of(optimizer).use_ema)
       throw std::invalid_argument("compile on tf::cuda: use_ema (the optimizer's moving average) is not on the GPU "
                                   "yet; train without it, or on the CPU");
-    static_assert(std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
-                  "compile on tf::cuda: the loss runs as one fused softmax + cross-entropy kernel; only "
-                  "sparse_categorical_crossentropy{.from_logits = true} exists so far");
-    if (!loss.from_logits)
-      throw std::invalid_argument("compile on tf::cuda: sparse_categorical_crossentropy needs from_logits = true "
-                                  "(the fused kernel takes logits; end the network with a dense layer, no softmax)");
+    static_assert(backend::cuda::has_device_loss<Loss>,
+                  "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
+                  "that have: sparse_categorical_crossentropy, categorical_crossentropy, mean_squared_error; one "
+                  "loss per output, as on_output gives, is not on the GPU yet)");
+    if constexpr (backend::cuda::has_device_loss<Loss>) next_loss_ = backend::cuda::make_device_loss(loss);
     download_weights();
   }
 
@@ -143,6 +145,9 @@ class engine<Net, Policy, Strategy, cuda> {
   // laid out again (the weights come from the host copy).
   template <class Optimizer>
   void compiled(const Optimizer& optimizer) {
+    loss_ = std::move(next_loss_);
+    label_values_per_sample_ =
+        loss_->form() == losses::label_form::sparse ? rows_per_sample : rows_per_sample * classes;
     initial_state_.iterations = 0;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
@@ -165,15 +170,13 @@ class engine<Net, Policy, Strategy, cuda> {
     engine& e;
     void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
     void launch(int parity) { e.template launch_train_step<shard>(parity); }
-    double finish(int parity) { return e.template finish_train_step<shard>(parity); }
+    double finish(int parity) { return e.template finish_train_step<shard, typename Batch::label_value>(parity); }
     void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
   template <class Batch>
   fit_steps<Batch> steps() {
-    static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
-                  "fit on tf::cuda: the fused loss takes int32 class ids");
     prepare_programs<fit_steps<Batch>::shard>();
     return {*this};
   }
@@ -339,13 +342,13 @@ class engine<Net, Policy, Strategy, cuda> {
 
     step_state* state_mirror() const { return state_host.template data<step_state>(); }
     float* results() const { return results_host.template data<float>(); }
-    const std::int32_t* labels_on_device(int parity) const {
-      return reinterpret_cast<const std::int32_t*>(staging[static_cast<std::size_t>(parity)].device.data() +
-                                                   feature_bytes);
+    // The staged batch's labels: int32 class ids or float targets, as the loss takes.
+    const void* labels_on_device(int parity) const {
+      return staging[static_cast<std::size_t>(parity)].device.data() + feature_bytes;
     }
-    const std::int32_t* labels_on_host(int parity) const {
-      return reinterpret_cast<const std::int32_t*>(staging[static_cast<std::size_t>(parity)].host.data() +
-                                                   feature_bytes);
+    template <class Label>
+    const Label* labels_on_host(int parity) const {
+      return reinterpret_cast<const Label*>(staging[static_cast<std::size_t>(parity)].host.data() + feature_bytes);
     }
     void forget_program() {
       for (auto& g : train_graph) g.reset();
@@ -377,7 +380,7 @@ class engine<Net, Policy, Strategy, cuda> {
         // moves while step k runs.
         feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
                         sizeof(typename Net::input_dtype::value_type);
-        label_bytes = static_cast<std::size_t>(N) * rows_per_sample * sizeof(std::int32_t);
+        label_bytes = static_cast<std::size_t>(N) * m.label_values_per_sample_ * sizeof(float);  // or int32
         for (auto& s : staging) {
           s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes);
           s.device = backend::cuda::device_buffer(feature_bytes + label_bytes);
@@ -391,7 +394,7 @@ class engine<Net, Policy, Strategy, cuda> {
     }
 
     // Copies one batch (or shard) into pinned memory and queues its upload.
-    void stage(const void* features, const std::int32_t* labels, int parity) {
+    void stage(const void* features, const void* labels, int parity) {
       auto& s = staging[static_cast<std::size_t>(parity)];
       std::memcpy(s.host.data(), features, feature_bytes);
       std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
@@ -404,7 +407,7 @@ class engine<Net, Policy, Strategy, cuda> {
       enqueue_upload(s, 0, feature_bytes);
     }
     // The labels only (evaluate, after stage_features).
-    void stage_labels(const std::int32_t* labels, int parity) {
+    void stage_labels(const void* labels, int parity) {
       auto& s = staging[static_cast<std::size_t>(parity)];
       std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
       enqueue_upload(s, feature_bytes, label_bytes);
@@ -436,8 +439,7 @@ class engine<Net, Policy, Strategy, cuda> {
 
   template <int Shard, class Batch>
   void stage(const Batch& batch, int parity) {
-    static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
-                  "model<..., cuda>: the fused loss takes int32 class ids as labels");
+    check_label_bytes<Batch>();
     constexpr std::size_t features_per_shard = static_cast<std::size_t>(Shard) * Batch::features_type::size;
     constexpr std::size_t labels_per_shard = static_cast<std::size_t>(Shard) * Batch::label_type::size;
     // Batch k + 1 is staged while step k runs: a bad label is refused when
@@ -511,8 +513,8 @@ class engine<Net, Policy, Strategy, cuda> {
                                         r.feature_bytes, cudaMemcpyDeviceToDevice, s));
     r.run.training = true;
     program.forward();  // on r.context.stream, which is s
-    backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(parity), program.output_gradient(),
-                                                program.row_losses(), rows, classes, rows, 1.f, s);
+    loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(), rows,
+                  classes, rows, s);
     if constexpr (loss_scaling)
       backend::cuda::map(program.output_gradient(), program.output_gradient(), static_cast<std::size_t>(rows) * classes,
                          backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
@@ -546,7 +548,7 @@ class engine<Net, Policy, Strategy, cuda> {
   }
 
   // Waits for the step, then updates the loss mean and metrics on the host.
-  template <int Shard>
+  template <int Shard, class Label>
   double finish_train_step(int parity) {
     constexpr int rows = Shard * static_cast<int>(rows_per_sample);
     double loss = 0;
@@ -562,7 +564,7 @@ class engine<Net, Policy, Strategy, cuda> {
     host_stale_ = true;
     // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
     for (auto& r : replicas_)
-      for (auto& m : training_.metrics) m->update(r->results() + rows, r->labels_on_host(parity), rows, classes);
+      for (auto& m : training_.metrics) m->update(r->results() + rows, r->template labels_on_host<Label>(parity), rows, classes);
     return loss;
   }
 
@@ -571,11 +573,12 @@ class engine<Net, Policy, Strategy, cuda> {
   template <int N>
   struct inference_pass {
     static constexpr int rows = N * static_cast<int>(rows_per_sample);
+    engine& e;
     replica& r;
     program_type<N>& program;
     backend::cuda::device_guard on;
-    explicit inference_pass(engine& e)
-        : r(*e.replicas_[0]), program(r.template program_for<N>(e)), on(r.device) {}
+    explicit inference_pass(engine& owner)
+        : e(owner), r(*owner.replicas_[0]), program(r.template program_for<N>(owner)), on(r.device) {}
 
     template <class Batch>
     void forward(const Batch& batch) {
@@ -593,17 +596,15 @@ class engine<Net, Policy, Strategy, cuda> {
                                           cudaMemcpyDeviceToHost, r.compute.get()));
       r.compute.synchronize();
     }
-    // The fused loss over the valid rows; the row losses and outputs come back.
+    // The loss over the valid rows; the row losses and outputs come back.
     template <class Batch>
     double loss(const Batch& batch) {
-      static_assert(std::is_same_v<typename Batch::label_value, std::int32_t>,
-                    "evaluate on tf::cuda: the fused loss takes int32 class ids");
+      e.template check_label_bytes<Batch>();
       const int valid_rows = batch.valid * static_cast<int>(rows_per_sample);
       r.stage_labels(batch.labels.data(), 0);
       r.staging[0].copied.wait_on(r.compute.get());
-      backend::cuda::sparse_softmax_cross_entropy(program.output(), r.labels_on_device(0), program.output_gradient(),
-                                                  program.row_losses(), rows, classes, valid_rows, 1.f,
-                                                  r.compute.get());
+      e.loss_->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(), rows,
+                      classes, valid_rows, r.compute.get());
       record_results_download(r, program, rows, r.compute.get());
       r.compute.synchronize();
       double sum = 0;
@@ -612,6 +613,17 @@ class engine<Net, Policy, Strategy, cuda> {
     }
     const float* outputs() const { return r.results() + rows; }
   };
+
+  // The batch's labels are what the compiled loss takes: one int32 class id
+  // per output row (sparse), or one float per output value (dense).
+  template <class Batch>
+  void check_label_bytes() const {
+    constexpr std::size_t per_sample = Batch::label_type::size;
+    if (per_sample != label_values_per_sample_ || sizeof(typename Batch::label_value) != sizeof(float))
+      throw std::invalid_argument("model<..., cuda>: the batch has " + std::to_string(per_sample) +
+                                  " label values per sample; the loss (" + std::string(training_.loss->name()) +
+                                  ") takes " + std::to_string(label_values_per_sample_));
+  }
 
   void restart_loss_scale(step_state fresh) {
     fresh.iterations = training_.iterations;
@@ -672,6 +684,8 @@ class engine<Net, Policy, Strategy, cuda> {
                                            : optimizers::device::make_step_state();
   replication replication_;  // mirrored<N>'s and multi_worker's communicators and all-reduce
   std::vector<std::unique_ptr<replica>> replicas_;  // destroyed before the communicators
+  std::unique_ptr<backend::cuda::device_loss_base> loss_, next_loss_;  // the compiled loss's executor; check_compile's
+  std::size_t label_values_per_sample_ = rows_per_sample;           // what the loss takes (sparse until compiled)
   bool device_has_weights_ = false;
   mutable bool host_stale_ = false;  // the devices trained since the host copy
   std::array<std::exception_ptr, 2> refused_;  // a staged batch's bad labels, thrown at its launch

@@ -1,0 +1,94 @@
+// The losses on the GPU: each loss's executor for tf::cuda, as the CPU's is
+// train/compiled.hpp's loss_holder. The engine calls one interface,
+// device_loss_base::record, for whichever loss compile() was given:
+//
+//   sparse_categorical_crossentropy   the fused softmax + cross-entropy kernels
+//                                     (softmax_cross_entropy.hpp), logits or
+//                                     probabilities, int32 class ids
+//   the dense-target losses listed    their `row` (losses/losses.hpp), the same
+//   in device_row_losses              code the CPU runs, one thread per row
+//                                     (kernels/row_loss.cuh), float targets
+//
+// To give a new dense-target loss to both devices: write its struct with
+// gradient_scale and row in losses/losses.hpp, and add it to the list below
+// (src/cuda/losses.cu compiles the kernel for every entry).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
+#include "typeflow/losses/losses.hpp"
+
+namespace typeflow::backend::cuda {
+
+template <class... Loss>
+struct loss_list {};
+
+// The dense-target losses the kernel library compiles.
+using device_row_losses = loss_list<losses::categorical_crossentropy, losses::mean_squared_error>;
+
+template <class Loss, class List>
+inline constexpr bool listed = false;
+template <class Loss, class... L>
+inline constexpr bool listed<Loss, loss_list<L...>> = (std::is_same_v<Loss, L> || ...);
+
+// Whether compile(..., loss) can train on tf::cuda.
+template <class Loss>
+inline constexpr bool has_device_loss =
+    std::is_same_v<Loss, losses::sparse_categorical_crossentropy> || listed<Loss, device_row_losses>;
+
+inline void check_loss_rows(const char* what, int rows, int width, int valid_rows) {
+  if (rows < 0 || width <= 0 || valid_rows < 0 || valid_rows > rows)
+    throw std::invalid_argument(std::string("typeflow: ") + what +
+                                ": needs rows >= 0, width > 0 and 0 <= valid_rows <= rows, got rows " +
+                                std::to_string(rows) + ", width " + std::to_string(width) + ", valid_rows " +
+                                std::to_string(valid_rows));
+}
+
+// Loss.row over (rows, width) outputs and targets on the device; rows past
+// valid_rows get zero loss and gradient. d_outputs: d(mean loss)/d(outputs)
+// times gradient_scale. Defined in kernels/row_loss.cuh (kernel library).
+template <class Loss>
+void row_loss(const Loss& loss, const float* outputs, const float* targets, float* d_outputs, float* row_losses,
+              int rows, int width, int valid_rows, float gradient_scale, cudaStream_t stream);
+
+// What the engine calls: labels are the batch's on the device (int32 class
+// ids for a sparse loss, one float per output value for a dense one).
+struct device_loss_base {
+  virtual ~device_loss_base() = default;
+  virtual losses::label_form form() const = 0;
+  virtual void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows,
+                      int width, int valid_rows, cudaStream_t stream) const = 0;
+};
+
+template <class Loss>
+struct device_loss final : device_loss_base {
+  static_assert(has_device_loss<Loss>,
+                "this loss has no executor on tf::cuda: a dense-target loss needs `row` and an entry in "
+                "backend/cuda/losses.hpp's device_row_losses");
+  Loss loss;
+  explicit device_loss(Loss l) : loss(l) {}
+  losses::label_form form() const override { return Loss::labels; }
+  void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows, int width,
+              int valid_rows, cudaStream_t stream) const override {
+    if constexpr (std::is_same_v<Loss, losses::sparse_categorical_crossentropy>)
+      sparse_categorical_crossentropy(loss.from_logits, outputs, static_cast<const std::int32_t*>(labels), d_outputs,
+                                      row_losses, rows, width, valid_rows, 1.f, stream);
+    else
+      row_loss(loss, outputs, static_cast<const float*>(labels), d_outputs, row_losses, rows, width, valid_rows, 1.f,
+               stream);
+  }
+};
+
+template <class Loss>
+std::unique_ptr<device_loss_base> make_device_loss(const Loss& loss) {
+  return std::make_unique<device_loss<Loss>>(loss);
+}
+
+}  // namespace typeflow::backend::cuda
