@@ -52,6 +52,7 @@
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
 #include "typeflow/train/compiled.hpp"
+#include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
@@ -101,13 +102,16 @@ struct loss_input_dtype<Net, 0> {
 };
 }  // namespace detail
 
-template <class Network, class Policy = float32, class Strategy = single_device, class Device = cpu>
+template <class Network, class Policy = float32, class Strategy = single_device, class Device = cpu,
+          class Budget = no_device_budget>
 class model {
   static_assert(is_sequential_v<Network>, "model<Net>: Net must be a sequential<input<...>, layers...> or a functional<input<...>, nodes...>");
   static_assert(is_policy_v<typename detail::policy_of<Policy>::type>,
                 "model<Net, Policy>: Policy is float32, mixed_float16, mixed_bfloat16 or a policy<Param, Compute, Output>");
   static_assert(std::is_same_v<Device, cpu> || std::is_same_v<Device, cuda>,
                 "model<Net, Policy, Strategy, Device>: Device is cpu or cuda");
+  static_assert(is_device_budget_v<Budget>,
+                "model<Net, Policy, Strategy, Device, Budget>: Budget is device_budget<Bytes> (train/device_budget.hpp)");
   static_assert(strategy<Strategy>,
                 "model<Net, Policy, Strategy, Device>: Strategy is single_device, mirrored<N> or multi_worker, or "
                 "a type with their facts and collectives (distribute/strategy.hpp lists them)");
@@ -203,6 +207,7 @@ class model {
     using batch_type = typename Dataset::element_type;
     training_.template check_labelled<batch_type>("fit");
     check_batch_size<batch_type::size>("fit");
+    check_budget<batch_type::size>(training_.slots, "fit");
     auto steps = engine_.template steps<batch_type>();
     if constexpr (std::is_same_v<Device, cpu>)
       if (options.peak_flops == 0) options.peak_flops = cpu_peak_flops();  // measured once per process
@@ -219,6 +224,7 @@ class model {
     training_.template check_labelled<batch_type>("train_on_batch");
     training_state<Net>::check_full(batch);
     check_batch_size<N>("train_on_batch");
+    check_budget<N>(training_.slots, "train_on_batch");
     auto steps = engine_.template steps<batch_type>();
     try {
       steps.stage(batch, 0);
@@ -237,6 +243,7 @@ class model {
   evaluation evaluate(const Dataset& data) {
     using batch_type = typename Dataset::element_type;
     training_.template check_labelled<batch_type>("evaluate");
+    check_budget<batch_type::size>(0, "evaluate");
     engine_.evaluate(data);
     // No sample: no mean to report (it read as loss 0, a perfect model), as
     // Keras refuses empty input.
@@ -251,6 +258,7 @@ class model {
   template <data::batched_dataset Dataset>
   auto predict(const Dataset& data) {
     training_state<Net>::template check_batch_type<typename Dataset::element_type>();
+    check_budget<Dataset::element_type::size>(0, "predict");
     if constexpr (network_io<Net>::packed_outputs)
       return unpack_outputs(engine_.predict(data));
     else
@@ -619,6 +627,22 @@ class model {
     c.ema_in_weights = training_.ema_in_weights;
     return c;
   }
+  // The memory plan for batch size N, per device (mirrored<N>: each
+  // replica's share), against the device_budget: without the optimizer's
+  // slots at compile time, with them (`slots`) here.
+  template <int N>
+  static void check_budget(int slots, const char* where) {
+    if constexpr (Budget::bytes > 0) {
+      constexpr int per_device = N % replica_count == 0 ? N / replica_count : N;  // else the strategy's error
+      using budget = budget_of_plan<Budget, memory_plan<Net, per_device, 0>>;
+      static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
+                    "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
+                    "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "
+                    "recompute<> blocks or mirrored<N>");
+      budget::check_slots(slots, where);
+    }
+  }
+
   // A run continued from a checkpoint trains at the checkpoint's batch size.
   template <int N>
   void check_batch_size(const char* where) {

@@ -1,0 +1,75 @@
+// device_budget<Bytes>: the memory one device may give a model, checked by
+// the compiler against the model's memory plan (model/memory_plan.hpp):
+//
+//   tf::model<gpt2, tf::mixed_bfloat16, tf::single_device, tf::cuda, tf::device_budget<80 * tf::GiB>> m;
+//
+// At each batch size the model is given (fit, train_on_batch, evaluate,
+// predict), the plan's bytes for one device (the parameters, gradients,
+// activations, workspaces, scratch and loss rows of its share of the batch)
+// must fit the budget, or the program does not compile; the error's one line
+// names both numbers: 'budget_check<plan bytes, budget bytes, false>::passed'.
+// The optimizer's slots are known only when compile() runs: fit and
+// train_on_batch check them with the rest before the first step, with an
+// exception giving the same two numbers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace typeflow {
+
+inline constexpr std::uint64_t KiB = std::uint64_t{1} << 10;
+inline constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+
+inline namespace literals {
+consteval std::uint64_t operator""_MiB(unsigned long long n) { return n * MiB; }
+consteval std::uint64_t operator""_GiB(unsigned long long n) { return n * GiB; }
+}  // namespace literals
+
+template <std::uint64_t Bytes>
+struct device_budget {
+  static_assert(Bytes > 0, "device_budget<Bytes>: the budget must be more than 0 bytes");
+  static constexpr std::uint64_t bytes = Bytes;
+};
+// The default: nothing is checked.
+struct no_device_budget {
+  static constexpr std::uint64_t bytes = 0;
+};
+
+template <class T>
+inline constexpr bool is_device_budget_v = false;
+template <std::uint64_t Bytes>
+inline constexpr bool is_device_budget_v<device_budget<Bytes>> = true;
+template <>
+inline constexpr bool is_device_budget_v<no_device_budget> = true;
+
+// The check whose name carries the numbers into the compiler's error.
+template <std::uint64_t PlanBytes, std::uint64_t BudgetBytes, bool Fits>
+struct budget_check {
+  static constexpr bool passed = Fits;
+};
+
+// The plan for a batch of Batch samples on one device, with `slots`
+// optimizer slots, against Budget: at compile time without the slots, at
+// run time (check_slots) with them.
+template <class Budget, class Plan>
+struct budget_of_plan {
+  static constexpr bool checked = Budget::bytes > 0;
+  static constexpr std::uint64_t bytes = Plan::total_bytes;
+
+  static void check_slots(int slots, const char* where) {
+    if constexpr (checked) {
+      const std::uint64_t with_slots = bytes + static_cast<std::uint64_t>(slots) * Plan::trainable_bytes;
+      if (with_slots > Budget::bytes)
+        throw std::invalid_argument(std::string(where) + ": the memory plan for this batch size needs " +
+                                    std::to_string(with_slots) + " bytes per device with the optimizer's " +
+                                    std::to_string(slots) + " slots; the model's device_budget is " +
+                                    std::to_string(Budget::bytes) + " bytes. Nothing was allocated");
+    }
+  }
+};
+
+}  // namespace typeflow

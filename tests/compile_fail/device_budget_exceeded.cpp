@@ -1,0 +1,20 @@
+// expected-error: the memory plan for this batch size (the first number: bytes per device before the optimizer's slots) exceeds the budget (the second)
+// expected-error: budget_check<
+// expected-error: 1048576, false>
+//
+// 256 samples of 4096 features through dense<4096> layers need far more than
+// 1 MiB of activations: the error names the plan's bytes and the budget.
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+using namespace tf::literals;
+
+using wide = tf::sequential<tf::input<4096>, tf::dense<4096>, tf::relu, tf::dense<10>>;
+
+int main() {
+  tf::model<wide, tf::float32, tf::single_device, tf::cpu, tf::device_budget<1_MiB>> model;
+  model.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  tf::data::batch_of<256, tf::data::tensor_value<float, tf::shape<4096>>, tf::data::tensor_value<std::int32_t, tf::shape<>>>
+      batch;
+  model.train_on_batch(batch);
+}

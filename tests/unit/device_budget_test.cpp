@@ -1,0 +1,71 @@
+// device_budget<Bytes> (train/device_budget.hpp): a model whose memory plan
+// fits trains; one whose plan fits only without the optimizer's slots is
+// refused by fit and train_on_batch before the first step, naming both
+// numbers. (A plan over the budget at compile time: compile_fail/
+// device_budget_exceeded.cpp.)
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+namespace {
+namespace tf = typeflow;
+using namespace tf::literals;
+
+using mlp = tf::sequential<tf::input<16>, tf::dense<32>, tf::relu, tf::dense<4>>;
+using plan8 = tf::memory_plan<tf::model<mlp>::bound_network, 8, 0>;
+// Room for the plan and one slot, not two (adam keeps m and v).
+constexpr std::uint64_t one_slot_budget = plan8::total_bytes + plan8::trainable_bytes;
+
+auto data() {
+  std::vector<float> x(64 * 16);
+  std::vector<std::int32_t> y(64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>(i % 4);
+  return tf::data::from_tensor_slices<tf::shape<16>>(x, y) | tf::data::batch<8>;
+}
+}  // namespace
+
+TEST_CASE("device_budget: the units, and a plan that fits trains as without a budget") {
+  static_assert(80_GiB == 80 * tf::GiB && 80 * tf::GiB == 85899345920ull && 512_MiB == tf::GiB / 2);
+  tf::model<mlp, tf::float32, tf::single_device, tf::cpu, tf::device_budget<1_GiB>> budgeted(3);
+  tf::model<mlp> plain(3);
+  budgeted.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  plain.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto a = budgeted.fit(data(), {.epochs = 2, .verbose = 0});
+  const auto b = plain.fit(data(), {.epochs = 2, .verbose = 0});
+  CHECK(a["loss"] == b["loss"]);
+}
+
+TEST_CASE("device_budget: the optimizer's slots are counted before the first step") {
+  tf::model<mlp, tf::float32, tf::single_device, tf::cpu, tf::device_budget<one_slot_budget>> model(3);
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+
+  model.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  try {
+    model.fit(data(), {.epochs = 1, .verbose = 0});
+    FAIL("fit with two slots over the budget did not throw");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("fit: the memory plan for this batch size needs " +
+                    std::to_string(plan8::total_bytes + 2 * plan8::trainable_bytes) + " bytes") != std::string::npos);
+    CHECK(what.find("device_budget is " + std::to_string(one_slot_budget) + " bytes") != std::string::npos);
+  }
+  tf::data::batch_of<8, tf::data::tensor_value<float, tf::shape<16>>, tf::data::tensor_value<std::int32_t, tf::shape<>>>
+      batch{};
+  CHECK_THROWS_AS(model.train_on_batch(batch), std::invalid_argument);
+  CHECK(model.iterations() == 0);
+  const auto after = model.parameter_region();
+  CHECK(std::equal(before.begin(), before.end(), after.begin()));
+
+  // One slot fits: momentum-free sgd keeps none, rmsprop one.
+  model.compile(tf::optimizers::rmsprop{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  model.fit(data(), {.epochs = 1, .verbose = 0});
+  CHECK(model.iterations() == 8);
+  CHECK(model.evaluate(data()).at("loss") > 0);
+}
