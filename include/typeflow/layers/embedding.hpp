@@ -14,11 +14,14 @@
 // id, the sample and the position; nothing is written before the check.
 // Options: embeddings_initializer<I> (default random_uniform<-0.05f, 0.05f>,
 // as Keras; GPT-2 uses random_normal<0.02f>). The executors:
-// backend/cpu/embedding.hpp.
+// backend/cpu/embedding.hpp, backend/cuda/layers.hpp (which the GPU engine's
+// host-side check_token_ids guards).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -116,6 +119,23 @@ struct positional_embedding {
   };
 };
 
+// Every id of (rows) tokens, `length` a sample, lies in [0, Vocab); else
+// std::out_of_range naming the first that does not, by sample and position.
+template <int Vocab, int Dim>
+void check_token_ids(const std::int32_t* ids, std::ptrdiff_t rows, int length) {
+  int outside = 0;
+#pragma omp simd reduction(| : outside)
+  for (std::ptrdiff_t r = 0; r < rows; ++r)
+    outside |= static_cast<std::uint32_t>(ids[r]) >= static_cast<std::uint32_t>(Vocab);
+  if (!outside) return;
+  for (std::ptrdiff_t r = 0; r < rows; ++r)
+    if (ids[r] < 0 || ids[r] >= Vocab)
+      throw std::out_of_range("embedding<" + std::to_string(Vocab) + ", " + std::to_string(Dim) + ">: token id " +
+                              std::to_string(ids[r]) + " at sample " + std::to_string(r / length) + ", position " +
+                              std::to_string(r % length) + " is outside the vocabulary [0, " +
+                              std::to_string(Vocab) + ")");
+}
+
 namespace detail {
 template <class Spec>
 inline constexpr bool is_embedding_spec = false;
@@ -131,6 +151,27 @@ template <class First, class... Rest>
 struct first_embedding<std::tuple<First, Rest...>> {
   using type = std::conditional_t<is_embedding_spec<First>, First,
                                   typename first_embedding<std::tuple<Rest...>>::type>;
+};
+
+// The first bound embedding among a network's bound layers (Net::layers, a
+// sequential's), whose ids a device checks on the host: void if none.
+template <class Layers>
+struct first_embedding_layer {
+  using type = void;
+};
+template <class First, class... Rest>
+struct first_embedding_layer<std::tuple<First, Rest...>> {
+  using type = std::conditional_t<requires { First::embedding_matrix; }, First,
+                                  typename first_embedding_layer<std::tuple<Rest...>>::type>;
+};
+template <class Net>
+struct token_embedding_of {
+  using type = void;
+};
+template <class Net>
+  requires requires { typename Net::layers; }
+struct token_embedding_of<Net> {
+  using type = typename first_embedding_layer<typename Net::layers>::type;
 };
 }  // namespace detail
 

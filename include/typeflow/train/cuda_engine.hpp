@@ -446,8 +446,9 @@ class engine<Net, Policy, Strategy, cuda> {
     // its own step would start, after step k has finished.
     refused_[static_cast<std::size_t>(parity)] = nullptr;
     try {
+      check_token_ids_of(batch);
       check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
-    } catch (const std::invalid_argument&) {
+    } catch (const std::logic_error&) {  // invalid_argument, out_of_range
       refused_[static_cast<std::size_t>(parity)] = std::current_exception();
       return;
     }
@@ -582,6 +583,7 @@ class engine<Net, Policy, Strategy, cuda> {
 
     template <class Batch>
     void forward(const Batch& batch) {
+      check_token_ids_of(batch);
       r.stage_features(batch.features.data(), 0);
       r.staging[0].copied.wait_on(r.compute.get());
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
@@ -613,6 +615,18 @@ class engine<Net, Policy, Strategy, cuda> {
     }
     const float* outputs() const { return r.results() + rows; }
   };
+
+  // A sequential network's first embedding reads the int32 features as
+  // token ids: they are checked here, on the host, as the CPU layer checks
+  // them (the kernels would only give an out-of-range id a zero row).
+  template <class Batch>
+  static void check_token_ids_of(const Batch& batch) {
+    using layer = typename detail::token_embedding_of<Net>::type;
+    using feature = std::remove_cvref_t<decltype(*batch.features.data())>;
+    if constexpr (!std::is_void_v<layer> && std::is_same_v<feature, std::int32_t>)
+      check_token_ids<layer::vocab, layer::dim>(batch.features.data(),
+                                                static_cast<std::ptrdiff_t>(Batch::size) * layer::length, layer::length);
+  }
 
   // The batch's labels are what the compiled loss takes: one int32 class id
   // per output row (sparse), or one float per output value (dense).

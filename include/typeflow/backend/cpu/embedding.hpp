@@ -38,6 +38,19 @@ inline void scatter_add_rows(float* table, std::size_t stride, const std::int32_
     }
   }
 }
+
+// d_table[t] += Σ_b d_out[b][t] for t < length, the batch in ascending order;
+// threads split the positions. d_out is (batch, length, dim).
+inline void sum_positions(float* table, std::size_t stride, const float* d_out, int batch, int length, int dim) {
+  backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(length), [=](std::ptrdiff_t t) {
+    float* g = table + static_cast<std::size_t>(t) * stride;
+    for (int b = 0; b < batch; ++b) {
+      const float* row = d_out + (static_cast<std::ptrdiff_t>(b) * length + t) * dim;
+#pragma omp simd
+      for (int c = 0; c < dim; ++c) g[c] += row[c];
+    }
+  });
+}
 }  // namespace detail
 
 template <int Vocab, int Dim, class... Options, class Layer, int Batch>
@@ -53,12 +66,7 @@ class executor<embedding<Vocab, Dim, Options...>, Layer, Batch, cpu> : public ex
 
   void forward() {
     const auto* ids = reinterpret_cast<const std::int32_t*>(io_.in);
-    for (std::ptrdiff_t r = 0; r < rows; ++r)
-      if (ids[r] < 0 || ids[r] >= vocab)
-        throw std::out_of_range("embedding<" + std::to_string(vocab) + ", " + std::to_string(dim) +
-                                ">: token id " + std::to_string(ids[r]) + " at sample " +
-                                std::to_string(r / length) + ", position " + std::to_string(r % length) +
-                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    check_token_ids<vocab, dim>(ids, rows, length);
     const float* weights = io_.params;
     float* out = io_.out;
     backend::cpu::parallel_for(rows, [=](std::ptrdiff_t r) {
@@ -110,17 +118,8 @@ class executor<positional_embedding<MaxLen, Options...>, Layer, Batch, cpu> : pu
 
   // d_table[t] = the sum over the batch of d_out[., t]; d_in is d_out.
   void backward() {
-    float* grads = io_.grads;
-    const float* d_out = io_.d_out;
-    std::memset(grads, 0, sizeof(float) * table::stored_floats);
-    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(length), [=](std::ptrdiff_t t) {
-      float* g = grads + static_cast<std::size_t>(t) * table::row_stride;
-      for (int b = 0; b < Batch; ++b) {
-        const float* row = d_out + (static_cast<std::ptrdiff_t>(b) * length + t) * dim;
-#pragma omp simd
-        for (int c = 0; c < dim; ++c) g[c] += row[c];
-      }
-    });
+    std::memset(io_.grads, 0, sizeof(float) * table::stored_floats);
+    detail::sum_positions(io_.grads, table::row_stride, io_.d_out, Batch, length, dim);
   }
 
  private:
