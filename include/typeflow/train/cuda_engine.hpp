@@ -12,8 +12,9 @@
 //
 // One training step is captured once per batch size as a CUDA graph and
 // replayed: the batch's copy into the input, forward, the loss,
-// backward, the optimizer (one statistics pass, one update kernel), and the
-// copies of the step's losses and outputs back to pinned memory. The next
+// backward, the optimizer (one statistics pass, one update kernel), the
+// mean loss reduced on the device, and the copies of it (and of the outputs,
+// only when a metric reads them) back to pinned memory. The next
 // batch's host-to-device copy runs on a second stream while a step computes.
 //
 // mirrored<N>: replica r lives on device r with its own arena, weights and
@@ -331,7 +332,8 @@ class engine<Net, Policy, Strategy, cuda> {
     program_slot program;
     std::array<staging_buffers, 2> staging;
     std::size_t feature_bytes = 0, label_bytes = 0;
-    backend::cuda::pinned_buffer results_host;  // row losses, then outputs
+    backend::cuda::pinned_buffer results_host;  // row losses (evaluate) or the step's mean loss, then outputs
+    backend::cuda::device_buffer step_loss{sizeof(float)};  // a training step's mean loss, reduced here
     std::array<backend::cuda::graph, 2> train_graph;
 
     // What its executors share: everything is enqueued on the compute stream.
@@ -521,14 +523,23 @@ class engine<Net, Policy, Strategy, cuda> {
                          backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
   }
 
-  // The step's end: the optimizer, then what the host reads back.
+  // The step's end: the optimizer, then what the host reads back: the step
+  // state, the mean loss (reduced on the device), and the outputs only when
+  // a metric reads them (a language model's logits are most of a step's
+  // memory traffic otherwise).
   template <int Shard>
   void record_update(replica& r, cudaStream_t s) {
     constexpr int rows = Shard * static_cast<int>(rows_per_sample);
+    auto& program = program_of<Shard>(r);
     r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s);
     TYPEFLOW_CUDA_CHECK(
         cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
-    record_results_download(r, program_of<Shard>(r), rows, s);
+    backend::cuda::mean_of(program.row_losses(), rows, r.step_loss.template data<float>(), s);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results(), r.step_loss.data(), sizeof(float), cudaMemcpyDeviceToHost, s));
+    if (!training_.metrics.empty())
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results() + rows, program.output(),
+                                          static_cast<std::size_t>(rows) * classes * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
   }
 
   std::array<std::size_t, 8> slot_offsets() const {
@@ -537,7 +548,7 @@ class engine<Net, Policy, Strategy, cuda> {
     return offsets;
   }
 
-  // Row losses and outputs back to pinned memory, for the logs and metrics.
+  // Row losses and outputs back to pinned memory, for evaluate's loss and metrics.
   template <class Program>
   static void record_results_download(replica& r, Program& program, int rows, cudaStream_t s) {
     float* host = r.results();
@@ -556,9 +567,7 @@ class engine<Net, Policy, Strategy, cuda> {
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       replication_.wait(r->compute);  // multi_worker: a dead or stalled worker is an error naming the rank
-      double sum = 0;
-      for (int i = 0; i < rows; ++i) sum += r->results()[i];
-      loss += sum / rows / replica_count;
+      loss += static_cast<double>(r->results()[0]) / replica_count;  // the shard's mean loss
     }
     training_.iterations = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
     training_.loss_mean.update(loss, Shard * replica_count);
