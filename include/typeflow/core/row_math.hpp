@@ -60,6 +60,10 @@ TYPEFLOW_HOST_DEVICE float softmax_probability(float z, float max, float inverse
   return std::exp(z - max) * inverse_sum;
 }
 
+// The softmax layer's backward at one element: d_in = y * (d_out - dot),
+// dot = Σ_j d_out[j] * y[j] over the row.
+TYPEFLOW_HOST_DEVICE float softmax_input_gradient(float y, float d_out, float dot) { return y * (d_out - dot); }
+
 // losses.hpp's sparse_categorical_crossentropy{from_logits = true}: the row's
 // loss lse - z[y], and each element's (softmax(z) - onehot(y)) * scale.
 TYPEFLOW_HOST_DEVICE float softmax_cross_entropy_loss(float label_logit, float lse) { return lse - label_logit; }

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/row_math.hpp"
 #include "typeflow/layers/softmax.hpp"
 #include "typeflow/model/executor.hpp"
 
@@ -35,7 +36,7 @@ class executor<softmax, Layer, Batch, cpu> : public executor_defaults {
       float* gr = grad + r * classes;
       float dot = 0.f;
       for (int j = 0; j < classes; ++j) dot += gr[j] * yr[j];
-      for (int j = 0; j < classes; ++j) gr[j] = yr[j] * (gr[j] - dot);
+      for (int j = 0; j < classes; ++j) gr[j] = row_math::softmax_input_gradient(yr[j], gr[j], dot);
     });
   }
 

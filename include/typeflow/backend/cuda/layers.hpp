@@ -26,12 +26,14 @@
 #include "typeflow/backend/cuda/layer_norm.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/layers/embedding.hpp"
 #include "typeflow/layers/layer_norm.hpp"
+#include "typeflow/layers/softmax.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
 
@@ -302,6 +304,24 @@ class layer_norm_executor {
   std::byte* scratch_ = nullptr;  // the step program's scratchpad
 };
 
+// softmax over the last axis: forward the fused row kernel the loss uses;
+// backward in place on the gradient, from the output (a warp per row).
+template <class Layer, int Batch>
+class softmax_executor : public executor_defaults {
+  static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
+
+ public:
+  explicit softmax_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+
+  void forward() { softmax_forward(io_.in, io_.out, rows, Layer::classes, io_.context->stream); }
+  void backward() {
+    if (io_.d_in) softmax_backward(io_.out, io_.d_in, rows, Layer::classes, io_.context->stream);  // d_in is d_out
+  }
+
+ private:
+  layer_io<typeflow::cuda> io_;
+};
+
 // embedding: the ids' rows gathered; backward sorts the (id, row) pairs and
 // adds each id's run into its row, deterministically and in the CPU's order
 // (backend/cuda/embedding.hpp). The ids were checked on the host before they
@@ -490,6 +510,11 @@ class executor<positional_embedding<MaxLen, Options...>, Layer, Batch, cuda>
     : public backend::cuda::positional_embedding_executor<Layer, Batch> {
  public:
   using backend::cuda::positional_embedding_executor<Layer, Batch>::positional_embedding_executor;
+};
+template <class Layer, int Batch>
+class executor<softmax, Layer, Batch, cuda> : public backend::cuda::softmax_executor<Layer, Batch> {
+ public:
+  using backend::cuda::softmax_executor<Layer, Batch>::softmax_executor;
 };
 template <class Layer, int Batch>
 class executor<tied_logits, Layer, Batch, cuda> : public backend::cuda::tied_logits_executor<Layer, Batch> {

@@ -10,6 +10,7 @@
 //       gradient of that times gradient_scale / valid_rows (zero where the
 //       clip holds)
 //   softmax_forward                           p = softmax(z) per row
+//   softmax_backward                          the softmax layer's d_in, in place
 //   mean_of                                   mean of n floats into one device float
 //
 // Rows r >= valid_rows are padding: zero loss, zero gradient, and their
@@ -60,6 +61,10 @@ void sparse_categorical_crossentropy(bool from_logits, const float* outputs, con
                                      float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr);
 
 void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream);
+
+// The softmax layer's backward, in place on the gradient: g = y * (g - Σ g·y)
+// per row (core/row_math.hpp's softmax_input_gradient), a warp per row.
+void softmax_backward(const float* y, float* gradient, int rows, int classes, cudaStream_t stream);
 
 // *result_device = (Σ values[0, n)) / n, summed in double in a fixed order
 // (0 when n is 0): the step's loss from row_loss with n = valid_rows, as

@@ -300,6 +300,21 @@ __global__ void __launch_bounds__(1024) softmax_streamed(const float* z, float* 
   }
 }
 
+// The softmax layer's backward: a warp per row (kWarps to a block), the dot
+// product reduced in the warp's fixed tree.
+template <int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) softmax_backward_rows(const float* y, float* g, int rows, int n) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  for (int r = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32; r < rows;
+       r += static_cast<int>(gridDim.x) * kWarps) {  // the same r for the whole warp
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    float dot = 0.f;
+    for (int j = lane; j < n; j += 32) dot += g[base + j] * y[base + j];
+    dot = gpu::warp_reduce(dot, rm::plus{});
+    for (int j = lane; j < n; j += 32) g[base + j] = rm::softmax_input_gradient(y[base + j], g[base + j], dot);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Mean: one block, sums in Sum (double) in a fixed order. A template, as
 // every kernel in this header, so that it links once however many
@@ -395,6 +410,16 @@ void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream
           z, p, rows, classes);
     TYPEFLOW_CUDA_CHECK_LAUNCH();
   });
+}
+
+void softmax_backward(const float* y, float* gradient, int rows, int classes, cudaStream_t stream) {
+  namespace d = softmax_detail;
+  d::check_rows("softmax_backward", rows, classes, 0);
+  if (rows == 0) return;
+  constexpr int warps = 4;
+  d::softmax_backward_rows<warps><<<blocks_for(static_cast<std::size_t>(rows), warps), 32 * warps, 0, stream>>>(
+      y, gradient, rows, classes);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
 void mean_of(const float* values, int n, float* result_device, cudaStream_t stream) {
