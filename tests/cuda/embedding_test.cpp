@@ -15,6 +15,8 @@
 
 #include <typeflow/cuda.hpp>
 
+#include "device_vectors.hpp"
+
 #include "../support/test_support.hpp"
 
 namespace {
@@ -22,17 +24,8 @@ namespace {
 namespace cu = typeflow::backend::cuda;
 namespace tf = typeflow;
 
-template <class T>
-cu::device_buffer to_device(const std::vector<T>& host) {
-  cu::device_buffer buffer(std::max<std::size_t>(1, host.size()) * sizeof(T));
-  if (!host.empty()) cu::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
-  return buffer;
-}
-std::vector<float> from_device(const cu::device_buffer& b, std::size_t count) {
-  std::vector<float> host(count);
-  TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), b.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
-  return host;
-}
+using cuda_test::from_device;
+using cuda_test::to_device;
 std::vector<float> uniform(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);

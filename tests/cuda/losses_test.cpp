@@ -12,6 +12,8 @@
 
 #include <typeflow/cuda.hpp>
 
+#include "device_vectors.hpp"
+
 #include "model_reference.hpp"
 
 namespace {
@@ -19,17 +21,8 @@ namespace {
 namespace cu = typeflow::backend::cuda;
 namespace tf = typeflow;
 
-template <class T>
-cu::device_buffer to_device(const std::vector<T>& host) {
-  cu::device_buffer buffer(std::max<std::size_t>(1, host.size()) * sizeof(T));
-  if (!host.empty()) cu::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
-  return buffer;
-}
-std::vector<float> from_device(const cu::device_buffer& b, std::size_t count) {
-  std::vector<float> host(count);
-  TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), b.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
-  return host;
-}
+using cuda_test::from_device;
+using cuda_test::to_device;
 
 // Outputs and targets a loss of this kind takes: logits and soft targets,
 // probabilities (positive rows), or regression values.

@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "typeflow/core/dtype.hpp"
+#include "typeflow/core/id_range.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/input.hpp"
 #include "typeflow/layers/options.hpp"
@@ -123,17 +124,12 @@ struct positional_embedding {
 // std::out_of_range naming the first that does not, by sample and position.
 template <int Vocab, int Dim>
 void check_token_ids(const std::int32_t* ids, std::ptrdiff_t rows, int length) {
-  int outside = 0;
-#pragma omp simd reduction(| : outside)
-  for (std::ptrdiff_t r = 0; r < rows; ++r)
-    outside |= static_cast<std::uint32_t>(ids[r]) >= static_cast<std::uint32_t>(Vocab);
-  if (!outside) return;
-  for (std::ptrdiff_t r = 0; r < rows; ++r)
-    if (ids[r] < 0 || ids[r] >= Vocab)
-      throw std::out_of_range("embedding<" + std::to_string(Vocab) + ", " + std::to_string(Dim) + ">: token id " +
-                              std::to_string(ids[r]) + " at sample " + std::to_string(r / length) + ", position " +
-                              std::to_string(r % length) + " is outside the vocabulary [0, " +
-                              std::to_string(Vocab) + ")");
+  const std::ptrdiff_t r = first_outside(ids, rows, Vocab);
+  if (r >= 0)
+    throw std::out_of_range("embedding<" + std::to_string(Vocab) + ", " + std::to_string(Dim) + ">: token id " +
+                            std::to_string(ids[r]) + " at sample " + std::to_string(r / length) + ", position " +
+                            std::to_string(r % length) + " is outside the vocabulary [0, " + std::to_string(Vocab) +
+                            ")");
 }
 
 namespace detail {

@@ -13,21 +13,18 @@
 #include <string>
 #include <type_traits>
 
+#include "typeflow/core/id_range.hpp"
+
 namespace typeflow {
 
 template <int Classes, class Label>
 void check_labels(const Label* labels, std::ptrdiff_t rows) {
   if constexpr (std::is_same_v<Label, std::int32_t>) {
-    int outside = 0;
-#pragma omp simd reduction(| : outside)
-    for (std::ptrdiff_t r = 0; r < rows; ++r)
-      outside |= static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(Classes);
-    if (!outside) return;
-    for (std::ptrdiff_t r = 0; r < rows; ++r)
-      if (static_cast<std::uint32_t>(labels[r]) >= static_cast<std::uint32_t>(Classes))
-        throw std::invalid_argument("sparse labels are class ids in [0, " + std::to_string(Classes) + "); label " +
-                                    std::to_string(r) + " of the batch is " + std::to_string(labels[r]) +
-                                    ". Nothing of this step ran");
+    const std::ptrdiff_t r = first_outside(labels, rows, Classes);
+    if (r >= 0)
+      throw std::invalid_argument("sparse labels are class ids in [0, " + std::to_string(Classes) + "); label " +
+                                  std::to_string(r) + " of the batch is " + std::to_string(labels[r]) +
+                                  ". Nothing of this step ran");
   }
 }
 
