@@ -43,14 +43,6 @@ template <class Loss>
 inline constexpr bool has_device_loss =
     std::is_same_v<Loss, losses::sparse_categorical_crossentropy> || listed<Loss, device_row_losses>;
 
-inline void check_loss_rows(const char* what, int rows, int width, int valid_rows) {
-  if (rows < 0 || width <= 0 || valid_rows < 0 || valid_rows > rows)
-    throw std::invalid_argument(std::string("typeflow: ") + what +
-                                ": needs rows >= 0, width > 0 and 0 <= valid_rows <= rows, got rows " +
-                                std::to_string(rows) + ", width " + std::to_string(width) + ", valid_rows " +
-                                std::to_string(valid_rows));
-}
-
 // Loss.row over (rows, width) outputs and targets on the device; rows past
 // valid_rows get zero loss and gradient. d_outputs: d(mean loss)/d(outputs)
 // times gradient_scale. Defined in kernels/row_loss.cuh (kernel library).

@@ -43,8 +43,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace typeflow::backend::cuda {
+
+// The row kernels' shared precondition: rows >= 0, width > 0, 0 <= valid_rows <= rows.
+inline void check_loss_rows(const char* what, int rows, int width, int valid_rows) {
+  if (rows < 0 || width <= 0 || valid_rows < 0 || valid_rows > rows)
+    throw std::invalid_argument(std::string("typeflow: ") + what +
+                                ": needs rows >= 0, width > 0 and 0 <= valid_rows <= rows, got rows " +
+                                std::to_string(rows) + ", width " + std::to_string(width) + ", valid_rows " +
+                                std::to_string(valid_rows));
+}
 
 void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits, float* row_loss,
                                   int rows, int classes, int valid_rows, float gradient_scale, cudaStream_t stream,

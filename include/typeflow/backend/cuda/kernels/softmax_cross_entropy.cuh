@@ -329,14 +329,6 @@ __global__ void __launch_bounds__(1024) mean_kernel(const float* values, int n, 
   if (threadIdx.x == 0) *result = n > 0 ? static_cast<float>(s / n) : 0.f;
 }
 
-inline void check_rows(const char* what, int rows, int classes, int valid_rows) {
-  if (rows < 0 || classes <= 0 || valid_rows < 0 || valid_rows > rows)
-    throw std::invalid_argument(std::string("typeflow: ") + what +
-                                ": needs rows >= 0, classes > 0 and 0 <= valid_rows <= rows, got rows " +
-                                std::to_string(rows) + ", classes " + std::to_string(classes) + ", valid_rows " +
-                                std::to_string(valid_rows));
-}
-
 inline float row_scale(float gradient_scale, int valid_rows) {
   return valid_rows > 0 ? gradient_scale / static_cast<float>(valid_rows) : 0.f;
 }
@@ -348,7 +340,7 @@ void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* label
                                          cudaStream_t stream, int* bad_labels) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
-  d::check_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
+  check_loss_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
   const bool vec = classes % 4 == 0 && gpu::all_aligned16(logits, d_logits);
@@ -369,7 +361,7 @@ void sparse_crossentropy_from_probabilities(const float* probabilities, const st
                                                    int* bad_labels) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
-  d::check_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
+  check_loss_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
   const bool vec = classes % 4 == 0 && gpu::all_aligned16(probabilities, d_probabilities);
@@ -399,7 +391,7 @@ void sparse_categorical_crossentropy(bool from_logits, const float* outputs, con
 void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
-  d::check_rows("softmax_forward", rows, classes, 0);
+  check_loss_rows("softmax_forward", rows, classes, 0);
   if (rows == 0) return;
   const bool vec = classes % 4 == 0 && gpu::all_aligned16(z, p);
   gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
@@ -414,7 +406,7 @@ void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream
 
 void softmax_backward(const float* y, float* gradient, int rows, int classes, cudaStream_t stream) {
   namespace d = softmax_detail;
-  d::check_rows("softmax_backward", rows, classes, 0);
+  check_loss_rows("softmax_backward", rows, classes, 0);
   if (rows == 0) return;
   constexpr int warps = 4;
   d::softmax_backward_rows<warps><<<blocks_for(static_cast<std::size_t>(rows), warps), 32 * warps, 0, stream>>>(
