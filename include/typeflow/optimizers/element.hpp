@@ -130,6 +130,21 @@ TYPEFLOW_HOST_DEVICE float rounded_product(float a, float b) {
 #endif
 }
 
+// Keras's optimizer EMA (optimizers/ema.hpp), on both devices: one element
+// of the average, rounded as two products and a sum; and what update number
+// `iteration` (1-based) does: momentum 0 at the first, and the weights
+// overwritten by the average every `overwrite_frequency` updates (0: never).
+TYPEFLOW_HOST_DEVICE float moving_average(float average, float w, float momentum) {
+  return rounded_product(momentum, average) + rounded_product(1.f - momentum, w);
+}
+struct ema_step {
+  float momentum;
+  bool overwrite;
+};
+TYPEFLOW_HOST_DEVICE ema_step ema_step_for(std::int64_t iteration, float momentum, int overwrite_frequency) {
+  return {iteration == 1 ? 0.f : momentum, overwrite_frequency > 0 && iteration % overwrite_frequency == 0};
+}
+
 enum class clip_kind : std::int32_t { none, value, norm, global_norm };
 
 struct clip_options {

@@ -52,18 +52,13 @@ inline void check_ema_options(const ema_options& e, std::string_view optimizer) 
                                 std::to_string(*e.ema_overwrite_frequency) + ")");
 }
 
-// One element of the average, rounded as two products and a sum (the same
-// on every backend).
-TYPEFLOW_HOST_DEVICE float moving_average(float average, float w, float momentum) {
-  return rounded_product(momentum, average) + rounded_product(1.f - momentum, w);
-}
-
 // After update number `iteration` (1-based) changed a.weights: the average
 // in `average` (the EMA slot), and the overwrite when it is due.
 inline void update_moving_average(const update_arguments& a, float* average, const ema_options& e,
                                   std::int64_t iteration) {
-  const float momentum = iteration == 1 ? 0.f : e.ema_momentum;
-  const bool overwrite = e.ema_overwrite_frequency && iteration % *e.ema_overwrite_frequency == 0;
+  const ema_step step = ema_step_for(iteration, e.ema_momentum, e.ema_overwrite_frequency.value_or(0));
+  const float momentum = step.momentum;
+  const bool overwrite = step.overwrite;
   float* w = a.weights;
   for (const parameter_tensor& t : a.tensors) {
     if (t.kind == param_kind::statistic) continue;

@@ -122,10 +122,7 @@ class engine<Net, Policy, Strategy, cuda> {
   // Refuses what the GPU cannot run; the loss's executor on the device
   // (backend/cuda/losses.hpp) takes over at compiled().
   template <class Optimizer, class Loss>
-  void check_compile(const Optimizer& optimizer, const Loss& loss) {
-    if (optimizers::ema_options_of(optimizer).use_ema)
-      throw std::invalid_argument("compile on tf::cuda: use_ema (the optimizer's moving average) is not on the GPU "
-                                  "yet; train without it, or on the CPU");
+  void check_compile(const Optimizer&, const Loss& loss) {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
                   "that have: sparse_categorical_crossentropy, categorical_crossentropy, mean_squared_error; one "

@@ -489,8 +489,13 @@ class model {
     if constexpr (std::is_same_v<Device, cpu>) {
       optimizers::swap_with_average(engine_.writable_parameters().data(), engine_.slot_region(*slot).data(),
                                     parameter_table<Net>::tensors());
-      training_.ema_in_weights = !training_.ema_in_weights;
+    } else {  // through the host copies; the device takes both before its next pass
+      const std::span<float> weights = engine_.writable_parameters();
+      std::vector<float> average = held_slot(*slot);
+      optimizers::swap_with_average(weights.data(), average.data(), parameter_table<Net>::tensors());
+      engine_.set_slot_values(*slot, average);
     }
+    training_.ema_in_weights = !training_.ema_in_weights;
   }
   // Whether the average is in the weights now (an odd number of swaps).
   bool ema_weights_in_model() const { return training_.ema_in_weights; }
@@ -500,16 +505,25 @@ class model {
     if (!training_.optimizer) return;
     const std::optional<int> slot = training_.optimizer->ema_slot();
     if (!slot) return;
+    float* weights = engine_.writable_parameters().data();
     if constexpr (std::is_same_v<Device, cpu>) {
-      float* weights = engine_.writable_parameters().data();
       float* average = engine_.slot_region(*slot).data();
       if (training_.ema_in_weights)  // swapped in: the slot holds the raw weights, which go
         optimizers::copy_trainable(weights, average, parameter_table<Net>::tensors());
       else
         optimizers::copy_trainable(average, weights, parameter_table<Net>::tensors());
-      training_.ema_in_weights = false;
+    } else {  // through the host copies, as swap_ema_weights
+      std::vector<float> average = held_slot(*slot);
+      if (training_.ema_in_weights) {
+        optimizers::copy_trainable(weights, average.data(), parameter_table<Net>::tensors());
+        engine_.set_slot_values(*slot, average);
+      } else {
+        optimizers::copy_trainable(average.data(), weights, parameter_table<Net>::tensors());
+      }
     }
+    training_.ema_in_weights = false;
   }
+
 
   std::int64_t iterations() const { return training_.iterations; }
   // Keras's model.optimizer.learning_rate: the rate of the next update.
@@ -552,6 +566,11 @@ class model {
   }
 
  private:
+  // A copy of optimizer slot s as the engine holds it (a GPU's, through the host).
+  std::vector<float> held_slot(int s) {
+    const auto held = engine_.slot_values(s);
+    return std::vector<float>(held.begin(), held.end());
+  }
   // The packed rows (samples, sum of output sizes) as one array per output,
   // (samples, its shape), by name.
   static predictions unpack_outputs(const std::vector<float>& packed) {

@@ -3,7 +3,8 @@
 // step state on the device, and the three calls a training step records
 // into its graph (optimizer.hpp): gradient statistics, the multi-tensor
 // update, and finish_step. Before each launch the host writes the step's
-// learning-rate constants (step table) into device memory.
+// learning-rate constants (step table) into device memory. With use_ema the
+// step ends with the moving average (optimizer.hpp's moving_average_update).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,7 +60,11 @@ class device_optimizer final : public device_optimizer_base {
         state_(sizeof(optimizers::device::step_state)),
         table_(sizeof(table_type)),
         clip_(optimizers::clip_options_of(o)),
+        ema_(optimizers::ema_options_of(o)),
         slots_(o.slot_count()) {
+    if (slots_ + (ema_.use_ema ? 1 : 0) > 8)  // the engine's slot_offsets
+      throw std::invalid_argument(std::string("compile on tf::cuda: ") + std::string(Optimizer::name) +
+                                  " with use_ema keeps more than 8 slots");
     if (slots_ > optimizers::max_slots)
       throw std::invalid_argument(std::string("compile on tf::cuda: ") + std::string(Optimizer::name) + " keeps " +
                                   std::to_string(slots_) + " slots per weight; the update kernel takes at most " +
@@ -95,6 +100,10 @@ class device_optimizer final : public device_optimizer_base {
     apply_update<rule>(weights, grads, slots, plan_, clip_, statistics, tensor_norms_.template data<double>(), state,
                        table_.template data<table_type>(), stream);
     finish_step(state, statistics, &table_.template data<table_type>()->header, nullptr, stream);
+    // use_ema: the average is the slot after the rule's own (compiled.hpp's ema_slot()).
+    if (ema_.use_ema)
+      moving_average_update(weights, reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(slots_)]),
+                            plan_, state, ema_.ema_momentum, ema_.ema_overwrite_frequency.value_or(0), stream);
   }
 
  private:
@@ -102,6 +111,7 @@ class device_optimizer final : public device_optimizer_base {
   device_update_plan plan_;
   device_buffer workspace_, statistics_, tensor_norms_, state_, table_;
   optimizers::clip_options clip_;
+  optimizers::ema_options ema_;
   int slots_;
 };
 

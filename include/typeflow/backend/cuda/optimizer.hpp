@@ -10,6 +10,7 @@
 //                        CPU's own functions) per element
 //   finish_step          loss-scale state machine, update counter, and the
 //                        step's report into pinned host memory
+//   moving_average_update  the optimizer EMA, when the step applied
 //
 // Nothing here waits for the host or reads host values at run time beyond
 // what sits in device memory, so a whole step can be captured in a graph and
@@ -240,5 +241,15 @@ class step_readback {
 // (&table->header), or null when the values came by argument.
 void finish_step(optimizer_device::step_state* state, const optimizer_device::gradient_statistics* statistics,
                  const optimizer_device::step_table_header* table, step_readback* readback, cudaStream_t stream);
+
+// Keras's optimizer EMA (optimizers/ema.hpp), after finish_step: when the
+// step applied its update (state->last_applied), average = moving_average(
+// average, weights, m) over the plan's tensors that are not statistics, m
+// = 0 at update 1, and the weights become the average every
+// overwrite_frequency updates (0: never). Graph-safe: the update number
+// comes from *state when the kernel runs.
+void moving_average_update(float* weights, float* average, const device_update_plan& plan,
+                           const optimizer_device::step_state* state, float momentum, int overwrite_frequency,
+                           cudaStream_t stream);
 
 }  // namespace typeflow::backend::cuda

@@ -208,6 +208,27 @@ __global__ void apply_update_kernel(float* weights, const float* grads, slot_poi
   }
 }
 
+// The EMA over the plan's tensors that are not statistics, a block per chunk
+// (the CPU's update_moving_average, element by element).
+template <int = 0>
+__global__ void moving_average_kernel(float* weights, float* average, update_plan_view plan,
+                                      const optimizer_device::step_state* state, float momentum,
+                                      int overwrite_frequency) {
+  const optimizer_device::step_state s = *state;
+  if (!s.last_applied) return;  // a skipped step changes no weight, so no average
+  const optimizer_rules::ema_step step = optimizer_rules::ema_step_for(s.iterations, momentum, overwrite_frequency);
+  for (std::uint32_t c = blockIdx.x; c < plan.chunk_count; c += gridDim.x) {
+    const optimizer_device::chunk ch = plan.chunks[c];
+    if (ch.tensor < 0 || !plan.tensors[ch.tensor].normed) continue;  // padding, statistics
+    for (std::uint32_t i = threadIdx.x; i < ch.length; i += blockDim.x) {
+      const std::size_t e = ch.begin + i;
+      const float a = optimizer_rules::moving_average(average[e], weights[e], step.momentum);
+      average[e] = a;
+      if (step.overwrite) weights[e] = a;
+    }
+  }
+}
+
 template <int = 0>
 __global__ void finish_step_kernel(optimizer_device::step_state* state,
                                    const optimizer_device::gradient_statistics* statistics,
@@ -325,6 +346,16 @@ void finish_step(optimizer_device::step_state* state, const optimizer_device::gr
                                                   readback ? readback->device_ring() : nullptr,
                                                   readback ? readback->depth() : 1u,
                                                   readback ? readback->device_counter() : nullptr);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+void moving_average_update(float* weights, float* average, const device_update_plan& plan,
+                           const optimizer_device::step_state* state, float momentum, int overwrite_frequency,
+                           cudaStream_t stream) {
+  const update_plan_view& view = plan.view();
+  if (view.chunk_count == 0) return;
+  detail::moving_average_kernel<><<<detail::chunk_blocks(view.chunk_count), optimizer_threads, 0, stream>>>(
+      weights, average, view, state, momentum, overwrite_frequency);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
