@@ -124,3 +124,42 @@ TEST_CASE("normalization layers take gamma and beta initializer overrides") {
   for (float g : model.parameter("layers.2.gamma")) CHECK(g == 1.f);
   for (float b : model.parameter("layers.2.beta")) CHECK(b == 1.f);
 }
+
+// The GPU applies the regularizers from a table (train/regularization.hpp's
+// regularized_tensors, backend/cuda/regularization.hpp's kernel); replayed
+// here element by element with the same per-weight functions, it gives the
+// CPU's gradients to the bit and its penalty to double rounding.
+TEST_CASE("regularized_tensors: the GPU's table of penalties replays the CPU's regularizers") {
+  namespace reg = tf::regularizers;
+  using net = tf::sequential<tf::input<6>, tf::dense<5, tf::kernel_regularizer<reg::l1_l2<0.01f, 0.1f>>>, tf::relu,
+                             tf::dense<4>, tf::dense<3, tf::bias_regularizer<reg::l2<0.5f>>>>;
+  using bound = tf::model<net>::bound_network;
+  using plan = tf::memory_plan<bound, 0, 0>;
+  const auto table = tf::regularized_tensors<bound>();
+  REQUIRE(table.size() == 2);  // layer 1's kernel, layer 3's bias; the unregularized tensors are left out
+  CHECK(table[0].size == 6 * tf::padded_row_length(5));  // the kernel as stored, rows padded
+  CHECK(table[0].l1 == 0.01f);
+  CHECK(table[0].l2 == 0.1f);
+  CHECK(table[1].size == 3);
+  CHECK(table[1].l1 == 0.f);
+  CHECK(table[1].l2 == 0.5f);
+  CHECK(table[1].offset > table[0].offset);
+
+  std::vector<std::byte> arena(plan::gradients_offset + plan::trainable_bytes);
+  auto* weights = reinterpret_cast<float*>(arena.data());
+  auto* grads = reinterpret_cast<float*>(arena.data() + plan::gradients_offset);
+  for (std::size_t i = 0; i < bound::parameter_floats; ++i) weights[i] = 0.37f * std::sin(1.3f * static_cast<float>(i));
+  for (std::size_t i = 0; i < bound::trainable_floats; ++i) grads[i] = 0.01f * static_cast<float>(i % 7);
+  std::vector<float> replayed(grads, grads + bound::trainable_floats);
+  double replayed_penalty = 0;
+  for (const auto& t : table)
+    for (std::size_t i = 0; i < t.size; ++i) {
+      const float w = weights[t.offset + i];
+      replayed_penalty += reg::penalty_at(w, t.l1, t.l2);
+      replayed[t.offset + i] += 1.f * reg::penalty_gradient(w, t.l1, t.l2);
+    }
+  const double penalty = tf::apply_regularizers<bound>(arena.data(), true);
+  CHECK(penalty == doctest::Approx(replayed_penalty).epsilon(1e-12));
+  CHECK(penalty > 0);
+  CHECK(std::equal(replayed.begin(), replayed.end(), grads));
+}

@@ -9,7 +9,19 @@
 #include <cmath>
 #include <cstddef>
 
+#include "typeflow/core/host_device.hpp"
+
 namespace typeflow::regularizers {
+
+// One weight's share, the same on both devices (the GPU's kernel:
+// backend/cuda/regularization.hpp): the penalty's gradient, and the penalty
+// in double.
+TYPEFLOW_HOST_DEVICE float penalty_gradient(float w, float l1, float l2) {
+  return l1 * static_cast<float>((w > 0.f) - (w < 0.f)) + 2.f * l2 * w;
+}
+TYPEFLOW_HOST_DEVICE double penalty_at(float w, float l1, float l2) {
+  return double{l1} * static_cast<double>(w < 0.f ? -w : w) + double{l2} * w * w;
+}
 
 struct none {
   static constexpr bool active = false;
@@ -21,21 +33,21 @@ template <float L1, float L2>
 struct l1_l2 {
   static_assert(L1 >= 0.f && L2 >= 0.f, "regularizers: the l1 and l2 factors must not be negative");
   static constexpr bool active = L1 > 0.f || L2 > 0.f;
+  static constexpr float l1_factor = L1, l2_factor = L2;
   // Adds the penalty's gradient to grad and returns the penalty.
   static double apply(const float* w, float* grad, std::size_t n) {
     double penalty = 0;
 #pragma omp parallel for simd reduction(+ : penalty) if (n >= 1 << 16)
     for (std::size_t i = 0; i < n; ++i) {
-      const float x = w[i];
-      penalty += double{L1} * std::fabs(x) + double{L2} * x * x;
-      grad[i] += L1 * static_cast<float>((x > 0.f) - (x < 0.f)) + 2.f * L2 * x;
+      penalty += penalty_at(w[i], L1, L2);
+      grad[i] += penalty_gradient(w[i], L1, L2);
     }
     return penalty;
   }
   static double penalty(const float* w, std::size_t n) {
     double sum = 0;
 #pragma omp parallel for simd reduction(+ : sum) if (n >= 1 << 16)
-    for (std::size_t i = 0; i < n; ++i) sum += double{L1} * std::fabs(w[i]) + double{L2} * w[i] * w[i];
+    for (std::size_t i = 0; i < n; ++i) sum += penalty_at(w[i], L1, L2);
     return sum;
   }
 };

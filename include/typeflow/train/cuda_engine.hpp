@@ -47,6 +47,7 @@
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/backend/cuda/regularization.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/backend/device.hpp"
@@ -60,6 +61,7 @@
 #include "typeflow/train/label_check.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
+#include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
 
@@ -67,8 +69,6 @@ namespace typeflow {
 
 template <class Net, class Policy, class Strategy>
 class engine<Net, Policy, Strategy, cuda> {
-  static_assert(!Net::has_regularizers,
-                "model<Net, Policy, Strategy, cuda>: kernel and bias regularizers are not on tf::cuda yet");
   using replication = cuda_replicas<Net, Strategy>;
   static constexpr bool across_processes = replication::across_processes;
   static_assert(!Strategy::sync_statistics,
@@ -83,6 +83,7 @@ class engine<Net, Policy, Strategy, cuda> {
   static constexpr int classes = training_state<Net>::classes;
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
+  static constexpr bool has_regularizers = Net::has_regularizers;
 
   // The per-replica batch: mirrored<N> splits the global batch into N shards.
   template <int Batch>
@@ -183,7 +184,12 @@ class engine<Net, Policy, Strategy, cuda> {
   // and masked), in inference mode, on replica 0, without a graph.
   template <class Data>
   void evaluate(const Data& data) {
-    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(*this), 0.0);
+    double penalty = 0;
+    if constexpr (has_regularizers) {  // from the host copy of the weights, as the CPU computes it
+      download_weights();
+      penalty = apply_regularizers<Net>(host_.data(), false);
+    }
+    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(*this), penalty);
   }
 
   // The outputs for every sample of `data`, in inference mode, on replica 0.
@@ -329,15 +335,33 @@ class engine<Net, Policy, Strategy, cuda> {
     program_slot program;
     std::array<staging_buffers, 2> staging;
     std::size_t feature_bytes = 0, label_bytes = 0;
-    backend::cuda::pinned_buffer results_host;  // row losses (evaluate) or the step's mean loss, then outputs
-    backend::cuda::device_buffer step_loss{sizeof(float)};  // a training step's mean loss, reduced here
+    backend::cuda::pinned_buffer results_host;  // row losses (evaluate), then outputs
+    // A training step's scalars, reduced on the device: the mean loss and
+    // the regularizers' penalty; and their copy on the host.
+    backend::cuda::device_buffer step_scalars{2 * sizeof(float)};
+    backend::cuda::pinned_buffer step_scalars_host{2 * sizeof(float)};
+    // The regularized tensors (train/regularization.hpp) and the penalty's partial sums.
+    backend::cuda::device_buffer regularization_table, regularization_partials;
+    int regularized_tensors = 0;
     std::array<backend::cuda::graph, 2> train_graph;
 
     // What its executors share: everything is enqueued on the compute stream.
     backend::cuda::context context{compute.get(), lt.get(), gemm_workspace.data(), gemm_workspace_bytes,
                                    step_device.template data<backend::cuda::step_values>()};
 
-    replica(int d, std::uint64_t replica_seed) : device(d) { run.seed = replica_seed; }
+    replica(int d, std::uint64_t replica_seed) : device(d) {
+      run.seed = replica_seed;
+      if constexpr (has_regularizers) {
+        std::vector<backend::cuda::regularization_entry> entries;
+        for (const regularized_tensor& t : typeflow::regularized_tensors<Net>())
+          entries.push_back({t.offset, t.size, t.l1, t.l2});
+        regularized_tensors = static_cast<int>(entries.size());
+        regularization_table = backend::cuda::device_buffer(entries.size() * sizeof(entries[0]));
+        backend::cuda::copy_to_device(regularization_table.data(), entries.data(), regularization_table.size());
+        regularization_partials = backend::cuda::device_buffer(backend::cuda::regularization_partials_bytes);
+      }
+    }
+    const float* scalars() const { return step_scalars_host.template data<float>(); }  // [mean loss, penalty]
 
     step_state* state_mirror() const { return state_host.template data<step_state>(); }
     float* results() const { return results_host.template data<float>(); }
@@ -528,11 +552,23 @@ class engine<Net, Policy, Strategy, cuda> {
   void record_update(replica& r, cudaStream_t s) {
     constexpr int rows = Shard * static_cast<int>(rows_per_sample);
     auto& program = program_of<Shard>(r);
+    float* scalars = r.step_scalars.template data<float>();
+    // Regularizers on the (all-reduced) gradients, still scaled under
+    // mixed_float16: their gradients are scaled alike before the
+    // optimizer's statistics pass unscales everything.
+    if constexpr (has_regularizers)
+      backend::cuda::apply_regularization(
+          reinterpret_cast<const float*>(r.arena.data()),
+          reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset),
+          r.regularization_table.template data<backend::cuda::regularization_entry>(), r.regularized_tensors,
+          loss_scaling ? &r.optimizer->state()->loss_scale : nullptr, scalars + 1,
+          r.regularization_partials.template data<double>(), s);
     r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s);
     TYPEFLOW_CUDA_CHECK(
         cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
-    backend::cuda::mean_of(program.row_losses(), rows, r.step_loss.template data<float>(), s);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results(), r.step_loss.data(), sizeof(float), cudaMemcpyDeviceToHost, s));
+    backend::cuda::mean_of(program.row_losses(), rows, scalars, s);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
     if (!training_.metrics.empty())
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results() + rows, program.output(),
                                           static_cast<std::size_t>(rows) * classes * sizeof(float),
@@ -564,7 +600,12 @@ class engine<Net, Policy, Strategy, cuda> {
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       replication_.wait(r->compute);  // multi_worker: a dead or stalled worker is an error naming the rank
-      loss += static_cast<double>(r->results()[0]) / replica_count;  // the shard's mean loss
+      loss += static_cast<double>(r->scalars()[0]) / replica_count;  // the shard's mean loss
+    }
+    if constexpr (has_regularizers) {  // every replica's weights are the same: replica 0's penalty
+      const double penalty = replicas_[0]->scalars()[1];
+      training_.regularization_mean.update(penalty, Shard * replica_count);
+      loss += penalty;
     }
     training_.iterations = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
     training_.loss_mean.update(loss, Shard * replica_count);
