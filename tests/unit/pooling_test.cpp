@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -139,6 +140,44 @@ struct run_layer {
   }
 };
 
+// The GPU's pooling kernels (backend/cuda/kernels/pooling.cuh), a thread per
+// output element forward and per input element backward, replayed through
+// the functions they run (core/pool_windows.hpp): the CPU layer's outputs,
+// argmax and gradients, to the bit.
+template <class Layer, int Batch>
+void replay_gpu_threads(const run_layer<Layer, Batch>& cpu, bool max) {
+  namespace pw = tf::pool_windows;
+  using index_type = typename decltype([] {
+    if constexpr (requires { typename Layer::index_type; })
+      return std::type_identity<typename Layer::index_type>{};
+    else
+      return std::type_identity<std::uint8_t>{};  // average pooling keeps none
+  }())::type;
+  constexpr pw::window_2d w = Layer::geometry::windows;
+  std::vector<float> y(Batch * w.out_size()), dx(Batch * w.in_size());
+  std::vector<index_type> arg(y.size());
+  for (int n = 0; n < Batch; ++n)
+    for (int oh = 0; oh < w.out_h; ++oh)
+      for (int ow = 0; ow < w.out_w; ++ow)
+        for (int c = 0; c < w.channels; ++c) {
+          const std::size_t e = n * w.out_size() + (static_cast<std::size_t>(oh) * w.out_w + ow) * w.channels + c;
+          const float* x = cpu.x.data() + n * w.in_size();
+          y[e] = max ? pw::max_of_window(x, w, oh, ow, c, &arg[e]) : pw::average_of_window(x, w, oh, ow, c);
+        }
+  for (int n = 0; n < Batch; ++n)
+    for (int h = 0; h < w.in_h; ++h)
+      for (int x = 0; x < w.in_w; ++x)
+        for (int c = 0; c < w.channels; ++c) {
+          const std::size_t e = n * w.in_size() + (static_cast<std::size_t>(h) * w.in_w + x) * w.channels + c;
+          const float* dy = cpu.dy.data() + n * w.out_size();
+          dx[e] = max ? pw::max_window_gradient(dy, arg.data() + n * w.out_size(), w, h, x, c)
+                      : pw::average_window_gradient(dy, w, h, x, c);
+        }
+  CHECK(std::memcmp(y.data(), cpu.y.data(), y.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(dx.data(), cpu.dx.data(), dx.size() * sizeof(float)) == 0);
+  if (max) CHECK(std::memcmp(arg.data(), cpu.workspace.data(), arg.size() * sizeof(index_type)) == 0);
+}
+
 template <class Spec, int H, int W, int C>
 void check_pool_against_reference(pool_config k, bool max) {
   constexpr int batch = 3;
@@ -173,6 +212,9 @@ void check_pool_against_reference(pool_config k, bool max) {
   r.run.training = false;
   r.forward();
   CHECK(r.y == trained);
+  r.run.training = true;
+  r.forward();  // the argmax again, for the replay below
+  replay_gpu_threads<layer, batch>(r, max);
   // No gradient wanted: backward leaves everything alone.
   r.io.d_in = nullptr;
   r.backward();

@@ -24,7 +24,8 @@
 // wins, as in TensorFlow. Outside training (evaluate, predict) forward skips
 // the argmax.
 //
-// The executors: backend/cpu/pooling.hpp.
+// The executors: backend/cpu/pooling.hpp, backend/cuda/layers.hpp (kernels:
+// backend/cuda/pooling.hpp).
 #pragma once
 
 #include <cstddef>
@@ -32,6 +33,7 @@
 #include <string>
 #include <type_traits>
 
+#include "typeflow/core/pool_windows.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/layers/window.hpp"
 #include "typeflow/model/layer.hpp"
@@ -109,34 +111,17 @@ struct pool_geometry {
 
   using output_shape = shape<out_h, out_w, channels>;
 
+  // The windows' arithmetic, shared with the GPU's kernels (core/pool_windows.hpp).
+  static constexpr pool_windows::window_2d windows{in_h,     in_w,     channels, pool_h, pool_w, stride_h,
+                                                   stride_w, top,      left,     out_h,  out_w};
   // The in-bounds part of output row oh's windows: rows [h0 + k0, h0 + k1).
-  struct span {
-    int start, k0, k1;
-  };
-  static constexpr span rows_of(int oh) {
-    const int h0 = oh * stride_h - top;
-    return {h0, h0 < 0 ? -h0 : 0, in_h - h0 < pool_h ? in_h - h0 : pool_h};
-  }
-  static constexpr span cols_of(int ow) {
-    const int w0 = ow * stride_w - left;
-    return {w0, w0 < 0 ? -w0 : 0, in_w - w0 < pool_w ? in_w - w0 : pool_w};
-  }
+  using span = pool_windows::span;
+  static constexpr span rows_of(int oh) { return windows.rows_of(oh); }
+  static constexpr span cols_of(int ow) { return windows.cols_of(ow); }
   // The output rows whose windows cover input row h: [first, last].
-  struct range {
-    int first, last;
-  };
-  static constexpr range covering_rows(int h) {
-    const int hp = h + top, low = hp - pool_h + 1;
-    const int first = low <= 0 ? 0 : (low + stride_h - 1) / stride_h;
-    const int last = hp / stride_h < out_h - 1 ? hp / stride_h : out_h - 1;
-    return {first, last};
-  }
-  static constexpr range covering_cols(int w) {
-    const int wp = w + left, low = wp - pool_w + 1;
-    const int first = low <= 0 ? 0 : (low + stride_w - 1) / stride_w;
-    const int last = wp / stride_w < out_w - 1 ? wp / stride_w : out_w - 1;
-    return {first, last};
-  }
+  using range = pool_windows::range;
+  static constexpr range covering_rows(int h) { return windows.covering_rows(h); }
+  static constexpr range covering_cols(int w) { return windows.covering_cols(w); }
 };
 
 // The argmax's type: a position in the window, one byte when it fits.

@@ -29,6 +29,10 @@ struct context {
   const step_values* step = nullptr;      // device memory
 };
 
+// Sub-buffers of an executor's scratch start 256 bytes apart (cuBLASLt's
+// operands, float4 / uint4 element-wise access).
+constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // A step program's scratchpad: one cudaMalloc block (none for 0 bytes).
 class scratchpad {
  public:

@@ -22,28 +22,22 @@
 
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
-#include "typeflow/backend/cuda/embedding.hpp"
+#include "typeflow/backend/cuda/embedding_executors.hpp"  // embedding, positional_embedding, tied_logits
 #include "typeflow/backend/cuda/layer_norm.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
+#include "typeflow/backend/cuda/pooling_executors.hpp"  // the poolings
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
-#include "typeflow/layers/embedding.hpp"
 #include "typeflow/layers/layer_norm.hpp"
 #include "typeflow/layers/softmax.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
 
 namespace typeflow {
-namespace backend::cuda::layers_detail {
-
-// Sub-buffers of an executor's scratch start 256 bytes apart (cuBLASLt's
-// operands, float4 / uint4 element-wise access).
-constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-}  // namespace backend::cuda::layers_detail
 
 namespace backend::cuda {
 
@@ -97,13 +91,13 @@ class dense_executor {
   // Scratch: [kernel in 16 bits, padded rows as stored] [input in the compute
   // dtype] [forward: the bias as the epilogue reads it | backward: d_out in 16 bits].
   static constexpr std::size_t kernel_bytes =
-      low_precision ? layers_detail::scratch_align(Layer::kernel_floats * sizeof(compute_value)) : 0;
+      low_precision ? scratch_align(Layer::kernel_floats * sizeof(compute_value)) : 0;
   static constexpr std::size_t input_bytes =
-      converts_input ? layers_detail::scratch_align(input_count * sizeof(compute_value)) : 0;
+      converts_input ? scratch_align(input_count * sizeof(compute_value)) : 0;
   static constexpr std::size_t bias_bytes =
-      low_precision ? layers_detail::scratch_align(units * sizeof(output_value)) : 0;
+      low_precision ? scratch_align(units * sizeof(output_value)) : 0;
   static constexpr std::size_t gradient_bytes =
-      low_precision ? layers_detail::scratch_align(output_count * sizeof(compute_value)) : 0;
+      low_precision ? scratch_align(output_count * sizeof(compute_value)) : 0;
   static constexpr std::size_t input_offset = kernel_bytes;
   static constexpr std::size_t tail_offset = kernel_bytes + input_bytes;
 
@@ -322,151 +316,6 @@ class softmax_executor : public executor_defaults {
   layer_io<typeflow::cuda> io_;
 };
 
-// embedding: the ids' rows gathered; backward sorts the (id, row) pairs and
-// adds each id's run into its row, deterministically and in the CPU's order
-// (backend/cuda/embedding.hpp). The ids were checked on the host before they
-// were staged (the engine's check_token_ids).
-template <class Layer, int Batch>
-class embedding_executor {
-  using table = typename Layer::table;
-  static constexpr int rows = Batch * Layer::length;
-
- public:
-  explicit embedding_executor(const layer_io<typeflow::cuda>& io)
-      : io_(io), scratch_bytes_(embedding_backward_scratch_bytes(rows, Layer::vocab)) {}
-  std::size_t scratchpad_bytes() const { return scratch_bytes_; }
-  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
-
-  void forward() {
-    embedding_forward(ids(), io_.params, table::row_stride, io_.out, rows, Layer::dim, Layer::vocab,
-                      io_.context->stream);
-  }
-  // tied_logits, when it shares the table, has written its part of the
-  // gradient first; otherwise the gradient starts from zero.
-  void backward() {
-    embedding_backward(ids(), io_.d_out, io_.grads, table::row_stride, rows, Layer::dim, Layer::vocab,
-                       io_.tied_gradient_written, scratch_, scratch_bytes_, io_.context->stream);
-  }
-
- private:
-  const std::int32_t* ids() const { return reinterpret_cast<const std::int32_t*>(io_.in); }
-
-  layer_io<typeflow::cuda> io_;
-  std::size_t scratch_bytes_;
-  std::byte* scratch_ = nullptr;  // the step program's scratchpad
-};
-
-// positional_embedding: each row plus its position's; backward writes the
-// table's gradient, the batch summed per position (d_in is d_out).
-template <class Layer, int Batch>
-class positional_embedding_executor : public executor_defaults {
-  using table = typename Layer::table;
-  static_assert(!Layer::decoding, "positional_embedding on tf::cuda: decoding (generate) is not on the GPU yet");
-
- public:
-  explicit positional_embedding_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
-
-  void forward() {
-    positional_embedding_forward(io_.in, io_.params, table::row_stride, io_.out, Batch, Layer::length, Layer::dim,
-                                 io_.context->stream);
-  }
-  void backward() {
-    const cudaStream_t s = io_.context->stream;
-    TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(io_.grads, 0, table::stored_floats * sizeof(float), s));  // unused positions
-    positional_embedding_backward(io_.d_out, io_.grads, table::row_stride, Batch, Layer::length, Layer::dim, s);
-  }
-
- private:
-  layer_io<typeflow::cuda> io_;
-};
-
-// tied_logits: three cuBLASLt products on the embedding's matrix E (vocab,
-// stride): logits = x·Eᵀ, d_E = d_logitsᵀ·x (written; the embedding adds its
-// part after), d_x = d_logits·E. Under a 16-bit policy the operands are
-// converted into scratch at each call (x and E in forward; d_logits, x and E
-// in backward) and the products accumulate in float32; the logits, d_E and
-// d_x are written in float32 straight from the accumulators, as dense's
-// gradients are here (the CPU rounds d_E and d_x to the compute dtype).
-template <class Layer, int Batch>
-class tied_logits_executor {
-  using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
-  static constexpr bool low_precision = Layer::low_precision;
-  static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
-                                                      : std::is_same_v<compute_value, typeflow::bf16>
-                                                          ? gemm_precision::bfloat16
-                                                          : gemm_precision::float16;
-  static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
-  static constexpr int vocab = Layer::vocab;
-  static constexpr int dim = Layer::dim;
-  static constexpr int stride = Layer::stride;
-  static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * dim;
-  static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * vocab;
-  // Scratch under a 16-bit policy: [x][E, padded rows as stored][d_logits], each in the compute dtype.
-  static constexpr std::size_t input_bytes =
-      low_precision ? layers_detail::scratch_align(input_count * sizeof(compute_value)) : 0;
-  static constexpr std::size_t table_bytes =
-      low_precision ? layers_detail::scratch_align(Layer::table_floats * sizeof(compute_value)) : 0;
-  static constexpr std::size_t logit_bytes =
-      low_precision ? layers_detail::scratch_align(logit_count * sizeof(compute_value)) : 0;
-
- public:
-  explicit tied_logits_executor(const layer_io<typeflow::cuda>& io)
-      : io_(io),
-        // logits (rows, V) = x (rows, D) · Eᵀ
-        forward_(io.context->lt, {rows, vocab, dim, false, true, 0, stride}, product_precision, gemm_epilogue::none,
-                 false, false, io.context->gemm_workspace_bytes),
-        // d_E (V, D) = d_logitsᵀ (V, rows) · x (rows, D), rows of `stride`
-        table_grad_(io.context->lt, {vocab, dim, rows, true, false, 0, 0, stride}, product_precision,
-                    gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes),
-        // d_x (rows, D) = d_logits (rows, V) · E (V, D)
-        input_grad_(io.context->lt, {rows, dim, vocab, false, false, 0, stride}, product_precision,
-                    gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {}
-
-  std::size_t scratchpad_bytes() const { return input_bytes + table_bytes + logit_bytes; }
-  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
-
-  void forward() {
-    const cudaStream_t s = io_.context->stream;
-    forward_.run(input(s), table(s), io_.out, nullptr, nullptr, io_.context->gemm_workspace, s);
-  }
-  void backward() {
-    const cudaStream_t s = io_.context->stream;
-    const void* d_logits = io_.d_out;
-    if constexpr (low_precision) {
-      auto* converted = reinterpret_cast<compute_value*>(scratch_ + input_bytes + table_bytes);
-      to_16bit(io_.d_out, converted, logit_count, s);
-      d_logits = converted;
-    }
-    table_grad_.run(d_logits, input(s), io_.tied_grads, nullptr, nullptr, io_.context->gemm_workspace, s);
-    if (io_.d_in) input_grad_.run(d_logits, table(s), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
-  }
-
- private:
-  // x and E as the products read them (converted into scratch under a 16-bit policy).
-  const void* input(cudaStream_t s) const {
-    if constexpr (!low_precision) {
-      return io_.in;
-    } else {
-      auto* converted = reinterpret_cast<compute_value*>(scratch_);
-      to_16bit(io_.in, converted, input_count, s);
-      return converted;
-    }
-  }
-  const void* table(cudaStream_t s) const {
-    if constexpr (!low_precision) {
-      return io_.tied_params;
-    } else {
-      auto* converted = reinterpret_cast<compute_value*>(scratch_ + input_bytes);
-      to_16bit(io_.tied_params, converted, Layer::table_floats, s);
-      return converted;
-    }
-  }
-
-  layer_io<typeflow::cuda> io_;
-  std::byte* scratch_ = nullptr;  // the step program's scratchpad
-  matmul forward_, table_grad_, input_grad_;
-};
-
 }  // namespace backend::cuda
 
 // Which specs run on tf::cuda, and through which executor above.
@@ -499,27 +348,10 @@ class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cuda
   using backend::cuda::layer_norm_executor<Options, Layer, Batch>::layer_norm_executor;
 };
 
-template <int Vocab, int Dim, class... Options, class Layer, int Batch>
-class executor<embedding<Vocab, Dim, Options...>, Layer, Batch, cuda>
-    : public backend::cuda::embedding_executor<Layer, Batch> {
- public:
-  using backend::cuda::embedding_executor<Layer, Batch>::embedding_executor;
-};
-template <int MaxLen, class... Options, class Layer, int Batch>
-class executor<positional_embedding<MaxLen, Options...>, Layer, Batch, cuda>
-    : public backend::cuda::positional_embedding_executor<Layer, Batch> {
- public:
-  using backend::cuda::positional_embedding_executor<Layer, Batch>::positional_embedding_executor;
-};
 template <class Layer, int Batch>
 class executor<softmax, Layer, Batch, cuda> : public backend::cuda::softmax_executor<Layer, Batch> {
  public:
   using backend::cuda::softmax_executor<Layer, Batch>::softmax_executor;
-};
-template <class Layer, int Batch>
-class executor<tied_logits, Layer, Batch, cuda> : public backend::cuda::tied_logits_executor<Layer, Batch> {
- public:
-  using backend::cuda::tied_logits_executor<Layer, Batch>::tied_logits_executor;
 };
 
 }  // namespace typeflow

@@ -1,0 +1,99 @@
+// The poolings on tf::cuda: their executors (the kernels:
+// backend/cuda/pooling.hpp). backend/cuda/layers.hpp includes this.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "typeflow/backend/cuda/context.hpp"
+#include "typeflow/backend/cuda/elementwise.hpp"
+#include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/backend/cuda/pooling.hpp"
+#include "typeflow/layers/pooling.hpp"
+#include "typeflow/model/executor.hpp"
+#include "typeflow/model/layer.hpp"
+
+namespace typeflow {
+namespace backend::cuda {
+
+// max_pooling2d: the argmax kept in the layer's workspace in training (the
+// CPU's layout and index type), none in inference; backward gathers.
+template <class Layer, int Batch>
+class max_pooling_executor : public executor_defaults {
+  using G = typename Layer::geometry;
+  static constexpr int index_bytes = static_cast<int>(sizeof(typename Layer::index_type));
+
+ public:
+  explicit max_pooling_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+
+  void forward() {
+    const bool training = !io_.run || io_.run->training;
+    max_pool_forward(io_.in, io_.out, training ? io_.workspace : nullptr, index_bytes, G::windows, Batch,
+                     io_.context->stream);
+  }
+  void backward() {
+    if (io_.d_in) max_pool_backward(io_.d_out, io_.workspace, index_bytes, io_.d_in, G::windows, Batch, io_.context->stream);
+  }
+
+ private:
+  layer_io<typeflow::cuda> io_;
+};
+
+template <class Layer, int Batch>
+class average_pooling_executor : public executor_defaults {
+  using G = typename Layer::geometry;
+
+ public:
+  explicit average_pooling_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+
+  void forward() { average_pool_forward(io_.in, io_.out, G::windows, Batch, io_.context->stream); }
+  void backward() {
+    if (io_.d_in) average_pool_backward(io_.d_out, io_.d_in, G::windows, Batch, io_.context->stream);
+  }
+
+ private:
+  layer_io<typeflow::cuda> io_;
+};
+
+template <class Layer, int Batch>
+class global_average_pooling_executor : public executor_defaults {
+  static constexpr int pixels = static_cast<int>(Layer::pixels);
+
+ public:
+  explicit global_average_pooling_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+
+  void forward() { global_average_pool_forward(io_.in, io_.out, Batch, pixels, Layer::channels, io_.context->stream); }
+  void backward() {
+    if (io_.d_in)
+      global_average_pool_backward(io_.d_out, io_.d_in, Batch, pixels, Layer::channels, io_.context->stream);
+  }
+
+ private:
+  layer_io<typeflow::cuda> io_;
+};
+
+}  // namespace backend::cuda
+
+template <window Pool, window Strides, padding Padding, class Layer, int Batch>
+class executor<max_pooling2d<Pool, Strides, Padding>, Layer, Batch, cuda>
+    : public backend::cuda::max_pooling_executor<Layer, Batch> {
+ public:
+  using backend::cuda::max_pooling_executor<Layer, Batch>::max_pooling_executor;
+};
+template <window Pool, window Strides, padding Padding, class Layer, int Batch>
+class executor<average_pooling2d<Pool, Strides, Padding>, Layer, Batch, cuda>
+    : public backend::cuda::average_pooling_executor<Layer, Batch> {
+ public:
+  using backend::cuda::average_pooling_executor<Layer, Batch>::average_pooling_executor;
+};
+template <class Layer, int Batch>
+class executor<global_average_pooling2d, Layer, Batch, cuda>
+    : public backend::cuda::global_average_pooling_executor<Layer, Batch> {
+ public:
+  using backend::cuda::global_average_pooling_executor<Layer, Batch>::global_average_pooling_executor;
+};
+
+}  // namespace typeflow
