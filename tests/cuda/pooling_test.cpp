@@ -113,8 +113,34 @@ void check_trains_like_cpu() {
 
 }  // namespace
 
-TEST_CASE("cuda model: max, average and global average pooling train like the CPU model") {
+TEST_CASE("cuda zero_padding2d kernels: the input inside zeros, and the gradient's interior back") {
+  const cu::zero_padding p{3, 4, 2, 1, 2};  // (3, 4, 2) -> (5, 8, 2)
+  constexpr int batch = 2, out_h = 5, out_w = 8;
+  std::vector<float> x(batch * 3 * 4 * 2), dy(batch * out_h * out_w * 2);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = 0.5f * static_cast<float>(i);
+  auto x_d = to_device(x), dy_d = to_device(dy);
+  cu::device_buffer y_d(dy.size() * 4), dx_d(x.size() * 4);
+  cu::zero_pad_forward(reinterpret_cast<const float*>(x_d.data()), reinterpret_cast<float*>(y_d.data()), p, batch,
+                       nullptr);
+  cu::zero_pad_backward(reinterpret_cast<const float*>(dy_d.data()), reinterpret_cast<float*>(dx_d.data()), p, batch,
+                        nullptr);
+  const auto y = from_device(y_d, dy.size()), dx = from_device(dx_d, x.size());
+  for (int n = 0; n < batch; ++n)
+    for (int h = 0; h < out_h; ++h)
+      for (int w = 0; w < out_w; ++w)
+        for (int c = 0; c < 2; ++c) {
+          const bool inside = h >= 1 && h < 4 && w >= 2 && w < 6;
+          const std::size_t o = ((static_cast<std::size_t>(n) * out_h + h) * out_w + w) * 2 + c;
+          const std::size_t i = ((static_cast<std::size_t>(n) * 3 + (h - 1)) * 4 + (w - 2)) * 2 + c;
+          CHECK(y[o] == (inside ? x[i] : 0.f));
+          if (inside) CHECK(dx[i] == dy[o]);
+        }
+}
+
+TEST_CASE("cuda model: max, average and global average pooling and zero padding train like the CPU model") {
   check_trains_like_cpu<image_net<tf::max_pooling2d<2>>>();
+  check_trains_like_cpu<image_net<tf::zero_padding2d<{1, 2}>>>();
   check_trains_like_cpu<image_net<tf::average_pooling2d<3, 1, tf::padding::same>>>();
   check_trains_like_cpu<image_net<tf::global_average_pooling2d>>();
 }

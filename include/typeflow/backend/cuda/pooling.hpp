@@ -12,6 +12,9 @@
 //   average_pool_forward / average_pool_backward
 //   global_average_pool_forward / global_average_pool_backward
 //                           (batch, pixels, channels) -> (batch, channels)
+//   zero_pad_forward / zero_pad_backward   zero_padding2d: (H, W, C) inside
+//                           (H + 2 pad_h, W + 2 pad_w, C) zeros, and the
+//                           gradient's interior back (plain copies)
 //
 // Everything is enqueued on `stream` (graph-capturable), float32 data.
 #pragma once
@@ -38,5 +41,12 @@ void average_pool_backward(const float* dy, float* dx, const pool_windows::windo
 void global_average_pool_forward(const float* x, float* y, int batch, int pixels, int channels, cudaStream_t stream);
 void global_average_pool_backward(const float* dy, float* dx, int batch, int pixels, int channels,
                                   cudaStream_t stream);
+
+// The sizes of one sample: (in_h, in_w, channels) and the padding on each side.
+struct zero_padding {
+  int in_h, in_w, channels, pad_h, pad_w;
+};
+void zero_pad_forward(const float* x, float* y, const zero_padding& p, int batch, cudaStream_t stream);
+void zero_pad_backward(const float* dy, float* dx, const zero_padding& p, int batch, cudaStream_t stream);
 
 }  // namespace typeflow::backend::cuda

@@ -1,5 +1,5 @@
-// The poolings on tf::cuda: their executors (the kernels:
-// backend/cuda/pooling.hpp). backend/cuda/layers.hpp includes this.
+// The poolings and zero_padding2d on tf::cuda: their executors (the
+// kernels: backend/cuda/pooling.hpp). backend/cuda/layers.hpp includes this.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/pooling.hpp"
 #include "typeflow/layers/pooling.hpp"
+#include "typeflow/layers/zero_padding2d.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
 
@@ -75,6 +76,23 @@ class global_average_pooling_executor : public executor_defaults {
   layer_io<typeflow::cuda> io_;
 };
 
+// zero_padding2d: the input inside zeros; backward, the gradient's interior.
+template <class Layer, int Batch>
+class zero_padding_executor : public executor_defaults {
+  static constexpr zero_padding sizes{Layer::in_h, Layer::in_w, Layer::channels, Layer::pad_h, Layer::pad_w};
+
+ public:
+  explicit zero_padding_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+
+  void forward() { zero_pad_forward(io_.in, io_.out, sizes, Batch, io_.context->stream); }
+  void backward() {
+    if (io_.d_in) zero_pad_backward(io_.d_out, io_.d_in, sizes, Batch, io_.context->stream);
+  }
+
+ private:
+  layer_io<typeflow::cuda> io_;
+};
+
 }  // namespace backend::cuda
 
 template <window Pool, window Strides, padding Padding, class Layer, int Batch>
@@ -94,6 +112,12 @@ class executor<global_average_pooling2d, Layer, Batch, cuda>
     : public backend::cuda::global_average_pooling_executor<Layer, Batch> {
  public:
   using backend::cuda::global_average_pooling_executor<Layer, Batch>::global_average_pooling_executor;
+};
+
+template <window Pad, class Layer, int Batch>
+class executor<zero_padding2d<Pad>, Layer, Batch, cuda> : public backend::cuda::zero_padding_executor<Layer, Batch> {
+ public:
+  using backend::cuda::zero_padding_executor<Layer, Batch>::zero_padding_executor;
 };
 
 }  // namespace typeflow

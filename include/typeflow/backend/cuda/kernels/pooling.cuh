@@ -94,6 +94,28 @@ __global__ void global_backward(const float* dy, float* dx, int pixels, int chan
   }
 }
 
+template <int = 0>
+__global__ void pad(const float* x, float* y, zero_padding p, std::size_t n) {
+  const int out_h = p.in_h + 2 * p.pad_h, out_w = p.in_w + 2 * p.pad_w;
+  TYPEFLOW_GRID_STRIDE(e, n) {
+    const element at = element_of(e, out_h, out_w, p.channels);
+    const int h = at.row - p.pad_h, w = at.col - p.pad_w;
+    y[e] = h >= 0 && h < p.in_h && w >= 0 && w < p.in_w
+               ? x[((static_cast<std::size_t>(at.n) * p.in_h + h) * p.in_w + w) * p.channels + at.c]
+               : 0.f;
+  }
+}
+
+template <int = 0>
+__global__ void crop(const float* dy, float* dx, zero_padding p, std::size_t n) {
+  const int out_h = p.in_h + 2 * p.pad_h, out_w = p.in_w + 2 * p.pad_w;
+  TYPEFLOW_GRID_STRIDE(e, n) {
+    const element at = element_of(e, p.in_h, p.in_w, p.channels);
+    dx[e] = dy[((static_cast<std::size_t>(at.n) * out_h + at.row + p.pad_h) * out_w + at.col + p.pad_w) * p.channels +
+               at.c];
+  }
+}
+
 #undef TYPEFLOW_GRID_STRIDE
 
 inline void check(const char* what, int batch, int index_bytes) {
@@ -178,6 +200,24 @@ void global_average_pool_backward(const float* dy, float* dx, int batch, int pix
   const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(pixels) * channels;
   if (n == 0) return;
   d::global_backward<><<<blocks_for(n, d::threads), d::threads, 0, stream>>>(dy, dx, pixels, channels, n);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+void zero_pad_forward(const float* x, float* y, const zero_padding& p, int batch, cudaStream_t stream) {
+  namespace d = pooling_detail;
+  d::check("zero_pad_forward", batch, 4);
+  const std::size_t n = static_cast<std::size_t>(batch) * (p.in_h + 2 * p.pad_h) * (p.in_w + 2 * p.pad_w) * p.channels;
+  if (n == 0) return;
+  d::pad<><<<blocks_for(n, d::threads), d::threads, 0, stream>>>(x, y, p, n);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+void zero_pad_backward(const float* dy, float* dx, const zero_padding& p, int batch, cudaStream_t stream) {
+  namespace d = pooling_detail;
+  d::check("zero_pad_backward", batch, 4);
+  const std::size_t n = static_cast<std::size_t>(batch) * p.in_h * p.in_w * p.channels;
+  if (n == 0) return;
+  d::crop<><<<blocks_for(n, d::threads), d::threads, 0, stream>>>(dy, dx, p, n);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
