@@ -416,3 +416,55 @@ TEST_CASE("a step table holds each possible update number's values, as the optim
   for (std::size_t k = 0; k < slots.size(); ++k) compare(slots[k], slots_cpu[k]);
   CHECK(beyond == 0);
 }
+
+// ---------------------------------------------------------------------------
+// accumulate<K> on the device: begin_accumulation's decisions and
+// accumulate_element's arithmetic, replayed step by step against the CPU's
+// accumulate_and_update (the same accumulator and mean gradients, to the
+// bit, and an update on exactly the same steps), with loss scaling's skipped
+// steps adding nothing.
+
+TEST_CASE("accumulate<K> on the device: the CPU's accumulator, mean gradients and update steps") {
+  constexpr int K = 3;
+  constexpr std::size_t n = 37;
+  const std::vector<opt::parameter_tensor> tensors{{0, n, tf::param_kind::kernel}};
+  auto cpu = opt::accumulate<K>(opt::sgd{.learning_rate = 0.5});
+  std::vector<float> cpu_weights(n, 1.f), cpu_sum(n, 0.f), gpu_sum(n, 0.f);
+  float* cpu_slots[] = {cpu_sum.data()};
+  od::step_state state = od::make_step_state(tf::precision::dynamic_loss_scale{});
+  state.micro_batches_per_update = K;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  // Steps 3 and 7 overflow under loss scaling: the CPU skips the optimizer then.
+  const bool finite[] = {true, true, true, false, true, true, true, false, true, true, true};
+  int updates = 0;
+  for (bool ok : finite) {
+    std::vector<float> g(n);
+    for (float& v : g) v = dist(rng);
+    std::vector<float> cpu_g = g, gpu_g = g;
+    bool cpu_updated = false;
+    if (ok) {
+      opt::update_arguments a;
+      a.weights = cpu_weights.data();
+      a.grads = cpu_g.data();
+      a.slots = cpu_slots;
+      a.floats = static_cast<std::ptrdiff_t>(n);
+      a.tensors = tensors;
+      a.iteration = updates + 1;
+      cpu_updated = cpu.accumulate_and_update(a);
+    }
+    od::begin_accumulation(state, ok);
+    for (std::size_t i = 0; i < n; ++i)
+      gpu_g[i] = od::accumulate_element(gpu_sum[i], gpu_g[i], state.accumulate_mode, 1.f / K);
+    CHECK(od::update_applies(state, ok) == cpu_updated);
+    CHECK(std::memcmp(gpu_sum.data(), cpu_sum.data(), n * sizeof(float)) == 0);
+    if (cpu_updated) {
+      CHECK(std::memcmp(gpu_g.data(), cpu_g.data(), n * sizeof(float)) == 0);  // the mean the update reads
+      ++updates;
+    }
+    CHECK(state.micro_batches == cpu.micro_batches);
+    od::finish_step(state, ok, od::update_applies(state, ok));
+  }
+  CHECK(updates == 3);  // 9 finite micro-batches
+  CHECK(state.iterations == 3);
+}

@@ -176,7 +176,47 @@ struct step_state : precision::loss_scale_state {
   float inverse_loss_scale = 1.f;  // 1 / loss_scale: what gradient_statistics multiplies by
   std::int32_t last_applied = 1;
   std::int32_t table_missed = 0;  // a step found no step_table entry for its update number (a host bug)
+  // accumulate<K> (optimizers/accumulate.hpp): K (0: no accumulation), the
+  // micro-batches added since the last update, whether this step's update
+  // completes one (always, without accumulation), and what the accumulation
+  // pass does this step (accumulate_mode's bits, begin_accumulation's).
+  std::int32_t micro_batches_per_update = 0;
+  std::int32_t micro_batches = 0;
+  std::int32_t accumulation_complete = 1;
+  std::int32_t accumulate_mode = 0;
 };
+
+// accumulate_mode's bits: the micro-batch's gradient is added; it is the
+// first since the last update (copied, not added); the update completes
+// (the gradients become the mean of the K).
+inline constexpr std::int32_t accumulate_add = 1, accumulate_first = 2, accumulate_average = 4;
+
+// accumulate<K>'s decision for one step, before the accumulation pass: the
+// CPU's accumulate_and_update as a state machine. Under loss scaling a
+// step whose gradients are not finite adds nothing (the CPU skips the
+// optimizer then), and completes no update.
+TYPEFLOW_HOST_DEVICE void begin_accumulation(step_state& s, bool all_finite) {
+  if (s.micro_batches_per_update <= 0) return;
+  if (s.skip_non_finite && !all_finite) {
+    s.accumulate_mode = 0;
+    s.accumulation_complete = 0;
+    return;
+  }
+  const bool first = s.micro_batches == 0;
+  const bool complete = ++s.micro_batches >= s.micro_batches_per_update;
+  if (complete) s.micro_batches = 0;
+  s.accumulation_complete = complete;
+  s.accumulate_mode = accumulate_add | (first ? accumulate_first : 0) | (complete ? accumulate_average : 0);
+}
+
+// One element of the accumulation pass: the accumulator `sum` takes the
+// gradient g (as the CPU: sum = g on the first, sum += g after); returns the
+// gradient the update reads, sum * (1 / K) when the update completes.
+TYPEFLOW_HOST_DEVICE float accumulate_element(float& sum, float g, std::int32_t mode, float mean) {
+  if (!(mode & accumulate_add)) return g;
+  sum = (mode & accumulate_first) ? g : sum + g;
+  return (mode & accumulate_average) ? sum * mean : g;
+}
 
 inline step_state with_loss_scale(const precision::loss_scale& checked) {
   step_state s;
@@ -189,7 +229,9 @@ inline step_state make_step_state(precision::dynamic_loss_scale o) { return with
 inline step_state make_step_state(precision::fixed_loss_scale o) { return with_loss_scale(precision::loss_scale(o)); }
 
 // Whether apply_update changes anything this step.
-TYPEFLOW_HOST_DEVICE bool update_applies(const step_state& s, bool all_finite) { return s.applies(all_finite); }
+TYPEFLOW_HOST_DEVICE bool update_applies(const step_state& s, bool all_finite) {
+  return s.accumulation_complete != 0 && s.applies(all_finite);
+}
 
 // After the update: loss_scale_state::after_step, and ++iterations when
 // applied. `applied` is false also when the step table missed (nothing was

@@ -148,6 +148,7 @@ class engine<Net, Policy, Strategy, cuda> {
     label_values_per_sample_ =
         loss_->form() == losses::label_form::sparse ? rows_per_sample : rows_per_sample * classes;
     initial_state_.iterations = 0;
+    initial_state_.micro_batches = 0;  // a fresh accumulator
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       r->optimizer = backend::cuda::make_device_optimizer(optimizer, parameter_table<Net>::tensors(),
@@ -255,6 +256,8 @@ class engine<Net, Policy, Strategy, cuda> {
     step_state fresh = initial_state_;
     static_cast<precision::loss_scale_state&>(fresh) = saved.loss_scale;
     fresh.inverse_loss_scale = 1.f / fresh.loss_scale;
+    // accumulate<K>: the micro-batches the checkpoint holds (their sum is the accumulator slot).
+    if (training_.optimizer) fresh.micro_batches = training_.optimizer->pending_micro_batches();
     restart_loss_scale(fresh);
   }
   // Slot s's region on the host (valid until the next call for s).
@@ -607,7 +610,10 @@ class engine<Net, Policy, Strategy, cuda> {
       training_.regularization_mean.update(penalty, Shard * replica_count);
       loss += penalty;
     }
-    training_.iterations = replicas_[0]->state_mirror()->iterations;  // a skipped step (loss scaling) did not count
+    const step_state& mirror = *replicas_[0]->state_mirror();
+    training_.iterations = mirror.iterations;  // a skipped step (loss scaling) did not count
+    // accumulate<K>: the host's optimizer tells a checkpoint how many micro-batches the device holds.
+    if (mirror.micro_batches_per_update > 0) training_.optimizer->restore_pending_micro_batches(mirror.micro_batches);
     training_.loss_mean.update(loss, Shard * replica_count);
     host_stale_ = true;
     // Each shard's labels are still in its pinned buffer: the next batch went to the other one.

@@ -44,10 +44,13 @@ class device_optimizer_base {
                              const std::array<std::size_t, 8>& slot_offsets, cudaStream_t stream) = 0;
 };
 
-template <class Optimizer>
+// Optimizer: a rule optimizer; Accumulate: K of accumulate<K>(optimizer)
+// (the accumulator is the slot after the rule's), 0 for none.
+template <class Optimizer, int Accumulate = 0>
 class device_optimizer final : public device_optimizer_base {
   using rule = optimizers::rule_of<Optimizer>;
   using table_type = optimizers::device::step_table<rule>;
+  static constexpr bool accumulates = Accumulate > 0;
 
  public:
   device_optimizer(const Optimizer& o, std::span<const optimizers::parameter_tensor> tensors, std::size_t floats,
@@ -56,15 +59,16 @@ class device_optimizer final : public device_optimizer_base {
         plan_(optimizers::device::make_update_plan(tensors, floats, o.weight_decay_applies_to)),
         workspace_(plan_.statistics_workspace_bytes()),
         statistics_(sizeof(optimizers::device::gradient_statistics)),
+        mean_statistics_(accumulates ? sizeof(optimizers::device::gradient_statistics) : 0),
         tensor_norms_(sizeof(double) * (plan_.tensor_count() ? plan_.tensor_count() : 1)),
         state_(sizeof(optimizers::device::step_state)),
         table_(sizeof(table_type)),
         clip_(optimizers::clip_options_of(o)),
         ema_(optimizers::ema_options_of(o)),
         slots_(o.slot_count()) {
-    if (slots_ + (ema_.use_ema ? 1 : 0) > 8)  // the engine's slot_offsets
+    if (slots_ + (accumulates ? 1 : 0) + (ema_.use_ema ? 1 : 0) > 8)  // the engine's slot_offsets
       throw std::invalid_argument(std::string("compile on tf::cuda: ") + std::string(Optimizer::name) +
-                                  " with use_ema keeps more than 8 slots");
+                                  " with its accumulator and use_ema keeps more than 8 slots");
     if (slots_ > optimizers::max_slots)
       throw std::invalid_argument(std::string("compile on tf::cuda: ") + std::string(Optimizer::name) + " keeps " +
                                   std::to_string(slots_) + " slots per weight; the update kernel takes at most " +
@@ -74,7 +78,9 @@ class device_optimizer final : public device_optimizer_base {
 
   optimizers::device::step_state* state() override { return state_.template data<optimizers::device::step_state>(); }
   void reset_state(const optimizers::device::step_state& s) override {
-    copy_to_device(state_.data(), &s, sizeof s);
+    optimizers::device::step_state own = s;
+    own.micro_batches_per_update = Accumulate;
+    copy_to_device(state_.data(), &own, sizeof own);
   }
 
   void prepare(std::int64_t iteration, cudaStream_t stream) override {
@@ -95,39 +101,69 @@ class device_optimizer final : public device_optimizer_base {
       slots.slot[s] = reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(s)]);
     auto* statistics = statistics_.template data<optimizers::device::gradient_statistics>();
     auto* state = state_.template data<optimizers::device::step_state>();
+    // Unscaled, checked (all_finite) and, without accumulation, measured for clipping.
     gradient_statistics(grads, plan_, state, statistics, tensor_norms_.template data<double>(), workspace_.data(),
                         workspace_.size(), stream);
-    apply_update<rule>(weights, grads, slots, plan_, clip_, statistics, tensor_norms_.template data<double>(), state,
-                       table_.template data<table_type>(), stream);
+    const optimizers::device::gradient_statistics* update_statistics = statistics;
+    if constexpr (accumulates) {
+      // The accumulator takes the micro-batch; on the K-th the gradients
+      // become the mean, which the clipping measures again (as the CPU
+      // clips the mean); the loss scale still follows the micro-batch.
+      accumulate_gradients(grads, slot_at(arena, slot_offsets, slots_), plan_.view().floats, state, statistics,
+                           Accumulate, stream);
+      auto* mean = mean_statistics_.template data<optimizers::device::gradient_statistics>();
+      gradient_statistics(grads, plan_, 1.f, mean, tensor_norms_.template data<double>(), workspace_.data(),
+                          workspace_.size(), stream);
+      update_statistics = mean;
+    }
+    apply_update<rule>(weights, grads, slots, plan_, clip_, update_statistics, tensor_norms_.template data<double>(),
+                       state, table_.template data<table_type>(), stream);
     finish_step(state, statistics, &table_.template data<table_type>()->header, nullptr, stream);
-    // use_ema: the average is the slot after the rule's own (compiled.hpp's ema_slot()).
+    // use_ema: the average is the slot after the optimizer's own (compiled.hpp's ema_slot()).
     if (ema_.use_ema)
-      moving_average_update(weights, reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(slots_)]),
-                            plan_, state, ema_.ema_momentum, ema_.ema_overwrite_frequency.value_or(0), stream);
+      moving_average_update(weights, slot_at(arena, slot_offsets, slots_ + (accumulates ? 1 : 0)), plan_, state,
+                            ema_.ema_momentum, ema_.ema_overwrite_frequency.value_or(0), stream);
   }
 
  private:
+  static float* slot_at(std::byte* arena, const std::array<std::size_t, 8>& slot_offsets, int s) {
+    return reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(s)]);
+  }
+
   Optimizer optimizer_;
   device_update_plan plan_;
-  device_buffer workspace_, statistics_, tensor_norms_, state_, table_;
+  device_buffer workspace_, statistics_, mean_statistics_, tensor_norms_, state_, table_;
   optimizers::clip_options clip_;
   optimizers::ema_options ema_;
   int slots_;
 };
 
+template <int K, class Inner>
+std::unique_ptr<device_optimizer_base> make_accumulating(const Inner& inner,
+                                                         std::span<const optimizers::parameter_tensor> tensors,
+                                                         std::size_t floats,
+                                                         const optimizers::device::step_state& initial) {
+  static_assert(optimizers::rule_optimizer<Inner>,
+                "compile on tf::cuda: accumulate<K>(optimizer) needs an optimizer with a per-element rule "
+                "(see optimizers/element.hpp)");
+  return std::make_unique<device_optimizer<Inner, K>>(inner, tensors, floats, initial);
+}
+
 // Any optimizer that gives its per-element rule (optimizers::rule_optimizer:
 // rule(iteration), the learning rate, weight decay and clipping options):
-// the kernel runs that rule, so an optimizer needs no code of its own here.
+// the kernel runs that rule, so an optimizer needs no code of its own here;
+// accumulate<K>(optimizer) runs the optimizer's rule after the accumulator.
 template <class Optimizer>
 std::unique_ptr<device_optimizer_base> make_device_optimizer(const Optimizer& o,
                                                              std::span<const optimizers::parameter_tensor> tensors,
                                                              std::size_t floats,
                                                              const optimizers::device::step_state& initial) {
-  if constexpr (!optimizers::rule_optimizer<Optimizer>) {
+  if constexpr (requires { o.inner; Optimizer::steps; }) {  // accumulate<K>
+    return make_accumulating<Optimizer::steps>(o.inner, tensors, floats, initial);
+  } else if constexpr (!optimizers::rule_optimizer<Optimizer>) {
     static_assert(optimizers::rule_optimizer<Optimizer>,
                   "compile on tf::cuda: the optimizer runs as one multi-tensor kernel over its per-element rule, and "
-                  "this one gives no rule(iteration) (see optimizers/element.hpp; gradient accumulation is not on the "
-                  "GPU yet)");
+                  "this one gives no rule(iteration) (see optimizers/element.hpp)");
     return nullptr;
   } else {
     return std::make_unique<device_optimizer<Optimizer>>(o, tensors, floats, initial);

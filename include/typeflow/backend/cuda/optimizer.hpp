@@ -10,6 +10,7 @@
 //                        CPU's own functions) per element
 //   finish_step          loss-scale state machine, update counter, and the
 //                        step's report into pinned host memory
+//   accumulate_gradients   accumulate<K>'s accumulator, before the update
 //   moving_average_update  the optimizer EMA, when the step applied
 //
 // Nothing here waits for the host or reads host values at run time beyond
@@ -241,6 +242,16 @@ class step_readback {
 // (&table->header), or null when the values came by argument.
 void finish_step(optimizer_device::step_state* state, const optimizer_device::gradient_statistics* statistics,
                  const optimizer_device::step_table_header* table, step_readback* readback, cudaStream_t stream);
+
+// accumulate<K> (optimizers/accumulate.hpp), after gradient_statistics and
+// before apply_update: begin_accumulation on *state (from the statistics'
+// all_finite), then over [0, floats) the accumulator takes the gradients
+// and, when the update completes, the gradients become the accumulator's
+// mean (accumulate_element). apply_update and finish_step then apply only
+// on the step that completes an update (update_applies). Graph-safe.
+void accumulate_gradients(float* grads, float* accumulator, std::size_t floats, optimizer_device::step_state* state,
+                          const optimizer_device::gradient_statistics* statistics, int micro_batches_per_update,
+                          cudaStream_t stream);
 
 // Keras's optimizer EMA (optimizers/ema.hpp), after finish_step: when the
 // step applied its update (state->last_applied), average = moving_average(

@@ -208,6 +208,25 @@ __global__ void apply_update_kernel(float* weights, const float* grads, slot_poi
   }
 }
 
+// accumulate<K>: the step's decision (one thread), then the pass over the
+// gradients and the accumulator.
+template <int = 0>
+__global__ void begin_accumulation_kernel(optimizer_device::step_state* state,
+                                          const optimizer_device::gradient_statistics* statistics) {
+  optimizer_device::step_state s = *state;
+  optimizer_device::begin_accumulation(s, statistics->all_finite != 0);
+  *state = s;
+}
+template <int = 0>
+__global__ void accumulate_kernel(float* grads, float* sum, std::size_t n, const optimizer_device::step_state* state,
+                                  float mean) {
+  const std::int32_t mode = state->accumulate_mode;
+  if (!(mode & optimizer_device::accumulate_add)) return;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    grads[i] = optimizer_device::accumulate_element(sum[i], grads[i], mode, mean);
+}
+
 // The EMA over the plan's tensors that are not statistics, a block per chunk
 // (the CPU's update_moving_average, element by element).
 template <int = 0>
@@ -346,6 +365,21 @@ void finish_step(optimizer_device::step_state* state, const optimizer_device::gr
                                                   readback ? readback->device_ring() : nullptr,
                                                   readback ? readback->depth() : 1u,
                                                   readback ? readback->device_counter() : nullptr);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+void accumulate_gradients(float* grads, float* accumulator, std::size_t floats, optimizer_device::step_state* state,
+                          const optimizer_device::gradient_statistics* statistics, int micro_batches_per_update,
+                          cudaStream_t stream) {
+  if (micro_batches_per_update < 1)
+    throw std::invalid_argument("typeflow cuda accumulate_gradients: K must be at least 1 (got " +
+                                std::to_string(micro_batches_per_update) + ")");
+  detail::begin_accumulation_kernel<><<<1, 1, 0, stream>>>(state, statistics);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+  if (floats == 0) return;
+  const float mean = 1.f / static_cast<float>(micro_batches_per_update);  // the CPU's constexpr 1.f / K
+  detail::accumulate_kernel<><<<blocks_for(floats, optimizer_threads, optimizer_most_blocks), optimizer_threads, 0,
+                                stream>>>(grads, accumulator, floats, state, mean);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
