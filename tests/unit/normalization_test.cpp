@@ -543,3 +543,80 @@ TEST_CASE("summary counts batch_norm's statistics as non-trainable parameters") 
   CHECK(text.find("Trainable params: 91") != std::string::npos);
   CHECK(text.find("Non-trainable params: 16") != std::string::npos);  // moving mean and variance of 8
 }
+
+// The GPU's batch_norm kernels (backend/cuda/kernels/batch_norm.cuh) replayed
+// on the host: each feature summed in double over chunks of rows
+// (batch_norm_math::chunking_of), the chunks then in order, the same
+// per-element functions as the CPU layer. Against the CPU executor, which
+// sums each feature over all rows in one go: the statistics agree to double
+// rounding, so every output, gradient and moving statistic to float's.
+TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer's results") {
+  namespace bm = tf::batch_norm_math;
+  using layer = bound<tf::batch_normalization<{.momentum = 0.9f}>, tf::shape<6, 7, 5>>;  // 42 rows a sample
+  constexpr int batch = 7, rows = batch * 42, n = 5;
+  layer_harness<layer, batch> cpu(true);
+  for (std::size_t i = 0; i < cpu.in.size(); ++i) cpu.in[i] = wobble(i, 1, -2.f, 3.f);
+  for (std::size_t i = 0; i < cpu.d_out.size(); ++i) cpu.d_out[i] = wobble(i, 2);
+  for (int j = 0; j < n; ++j) {
+    cpu.gamma()[j] = wobble(j, 3, 0.5f, 1.5f);
+    cpu.beta()[j] = wobble(j, 4);
+    cpu.moving_mean()[j] = wobble(j, 5);
+    cpu.moving_variance()[j] = wobble(j, 6, 0.5f, 2.f);
+  }
+  const std::vector<float> x = cpu.in, dy = cpu.d_out, gamma(cpu.gamma(), cpu.gamma() + n),
+                           beta(cpu.beta(), cpu.beta() + n);
+  std::vector<float> moving_mean(cpu.moving_mean(), cpu.moving_mean() + n),
+      moving_variance(cpu.moving_variance(), cpu.moving_variance() + n);
+  cpu.executor.forward();
+  cpu.executor.backward();
+
+  const bm::chunking k = bm::chunking_of(rows);
+  REQUIRE(k.chunks > 1);  // the replay must cross chunks
+  auto chunked = [&](auto&& term, int j) {  // the two-stage sum of term(r) for feature j
+    double total = 0;
+    for (int c = 0; c < k.chunks; ++c) {
+      double s = 0;
+      for (int r = c * k.rows_per_chunk; r < std::min(rows, (c + 1) * k.rows_per_chunk); ++r) s += term(r);
+      total += s;
+    }
+    return total;
+  };
+  const float update_weight = static_cast<float>(1.0 - 0.9);
+  std::vector<float> mean(n), inverse_std(n), y(x.size()), dx(x.size()), d_gamma(n), d_beta(n);
+  for (int j = 0; j < n; ++j) {
+    const double mean_d = chunked([&](int r) { return double{x[r * n + j]}; }, j) / rows;
+    const double variance = chunked([&](int r) {
+                              const double deviation = x[r * n + j] - mean_d;
+                              return deviation * deviation;
+                            }, j) / rows;
+    mean[j] = static_cast<float>(mean_d);
+    inverse_std[j] = bm::inverse_std_of(variance, 1e-3f);
+    moving_mean[j] = bm::moving_average_of(moving_mean[j], mean[j], 0.9f, update_weight);
+    moving_variance[j] = bm::moving_average_of(moving_variance[j], static_cast<float>(variance), 0.9f, update_weight);
+  }
+  for (std::size_t e = 0; e < x.size(); ++e) {
+    const int j = static_cast<int>(e % n);
+    y[e] = bm::normalized_output(x[e], mean[j], inverse_std[j], gamma.data(), beta.data(), j);
+  }
+  for (int j = 0; j < n; ++j) {
+    const double sum_dy = chunked([&](int r) { return double{dy[r * n + j]}; }, j);
+    const double sum_dyn = chunked(
+        [&](int r) { return double{dy[r * n + j]} * bm::normalized_of(x[r * n + j], mean[j], inverse_std[j]); }, j);
+    d_gamma[j] = static_cast<float>(sum_dyn);
+    d_beta[j] = static_cast<float>(sum_dy);
+    const float factor = gamma[j] * inverse_std[j];
+    for (int r = 0; r < rows; ++r)
+      dx[r * n + j] = bm::normalized_gradient(dy[r * n + j], x[r * n + j], mean[j], inverse_std[j], factor,
+                                              static_cast<float>(sum_dy / rows), static_cast<float>(sum_dyn / rows));
+  }
+  const auto near = [](float a, float b) { return std::fabs(a - b) <= 2e-6f * (1.f + std::fabs(b)); };
+  for (int j = 0; j < n; ++j) {
+    CHECK(near(moving_mean[j], cpu.moving_mean()[j]));
+    CHECK(near(moving_variance[j], cpu.moving_variance()[j]));
+    CHECK(near(d_gamma[j], cpu.d_gamma()[j]));
+    CHECK(near(d_beta[j], cpu.d_beta()[j]));
+  }
+  int off = 0;
+  for (std::size_t e = 0; e < x.size(); ++e) off += !near(y[e], cpu.out[e]) + !near(dx[e], cpu.d_in()[e]);
+  CHECK(off == 0);
+}

@@ -72,7 +72,8 @@ class engine<Net, Policy, Strategy, cuda> {
   using replication = cuda_replicas<Net, Strategy>;
   static constexpr bool across_processes = replication::across_processes;
   static_assert(!Strategy::sync_statistics,
-                "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: batch_norm is not on tf::cuda yet");
+                "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: synchronised batch_norm statistics are "
+                "not on tf::cuda yet (each replica keeps its own, as mirrored<N> does)");
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
   using program_type = step_program<Net, N, cuda>;

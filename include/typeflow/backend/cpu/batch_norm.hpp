@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/batch_norm_math.hpp"
 #include "typeflow/layers/batch_norm.hpp"
 #include "typeflow/model/executor.hpp"
 
@@ -58,7 +59,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
         const float* dy = d_out + r * n;
         for (std::ptrdiff_t j = j0; j < j1; ++j) {
           sum_dy[j - j0] += dy[j];
-          sum_dy_normalized[j - j0] += double{dy[j]} * ((x[j] - mean[j]) * inverse_std[j]);
+          sum_dy_normalized[j - j0] += double{dy[j]} * batch_norm_math::normalized_of(x[j], mean[j], inverse_std[j]);
         }
       }
       for (std::ptrdiff_t j = j0; j < j1; ++j) {
@@ -76,10 +77,9 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
         const float* x = in + r * n;
         const float* dy = d_out + r * n;
         float* dx = d_in + r * n;  // may be d_out's buffer: each element is read before it is written
-        for (std::ptrdiff_t j = j0; j < j1; ++j) {
-          const float normalized = (x[j] - mean[j]) * inverse_std[j];
-          dx[j] = factor[j - j0] * (dy[j] - mean_dy[j - j0] - normalized * mean_dy_normalized[j - j0]);
-        }
+        for (std::ptrdiff_t j = j0; j < j1; ++j)
+          dx[j] = batch_norm_math::normalized_gradient(dy[j], x[j], mean[j], inverse_std[j], factor[j - j0],
+                                                       mean_dy[j - j0], mean_dy_normalized[j - j0]);
       }
     }
   }
@@ -127,10 +127,10 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
       for (std::ptrdiff_t j = j0; j < j1; ++j) {
         const double variance = squares[j - j0] / rows;
         mean[j] = static_cast<float>(means[j - j0]);
-        inverse_std[j] = static_cast<float>(1.0 / std::sqrt(variance + double{Options.epsilon}));
-        moving_mean_values[j] = moving_mean_values[j] * momentum + mean[j] * update_weight;
-        moving_variance_values[j] =
-            moving_variance_values[j] * momentum + static_cast<float>(variance) * update_weight;
+        inverse_std[j] = batch_norm_math::inverse_std_of(variance, Options.epsilon);
+        moving_mean_values[j] = batch_norm_math::moving_average_of(moving_mean_values[j], mean[j], momentum, update_weight);
+        moving_variance_values[j] = batch_norm_math::moving_average_of(
+            moving_variance_values[j], static_cast<float>(variance), momentum, update_weight);
       }
       normalize_block(in, out, j0, j1, mean + j0, inverse_std + j0, gamma, beta);
     }
@@ -149,8 +149,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       float inverse_std[column_block];
       for (std::ptrdiff_t j = j0; j < j1; ++j)
-        inverse_std[j - j0] =
-            static_cast<float>(1.0 / std::sqrt(double{moving_variance_values[j]} + double{Options.epsilon}));
+        inverse_std[j - j0] = batch_norm_math::inverse_std_of(double{moving_variance_values[j]}, Options.epsilon);
       normalize_block(in, out, j0, j1, moving_mean_values + j0, inverse_std, gamma, beta);
     }
   }
@@ -163,10 +162,9 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     for (std::ptrdiff_t r = 0; r < rows; ++r) {
       const float* x = in + r * n;
       float* y = out + r * n;
-      for (std::ptrdiff_t j = j0; j < j1; ++j) {
-        const float normalized = (x[j] - mean[j - j0]) * inverse_std[j - j0];
-        y[j] = (gamma ? gamma[j] * normalized : normalized) + (beta ? beta[j] : 0.f);
-      }
+      for (std::ptrdiff_t j = j0; j < j1; ++j)
+        y[j] = batch_norm_math::normalized_output(x[j], mean[j - j0], inverse_std[j - j0], gamma, beta,
+                                                  static_cast<int>(j));
     }
   }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "typeflow/backend/cuda/batch_norm.hpp"
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/embedding_executors.hpp"  // embedding, positional_embedding, tied_logits
@@ -29,6 +30,7 @@
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/layers/activations.hpp"
+#include "typeflow/layers/batch_norm.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
@@ -298,6 +300,59 @@ class layer_norm_executor {
   std::byte* scratch_ = nullptr;  // the step program's scratchpad
 };
 
+// batch_normalization: the batch's statistics in training (the moving ones
+// updated on the device), the moving ones in inference; the batch's mean
+// and 1 / std kept in the workspace for backward.
+template <batch_norm_options Options, class Layer, int Batch>
+class batch_norm_executor {
+  using params = typename Layer::params;
+  static constexpr int rows = Batch * static_cast<int>(Layer::rows_per_sample);
+  static constexpr int n = Layer::features;
+
+ public:
+  explicit batch_norm_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
+  std::size_t scratchpad_bytes() const { return batch_norm_scratch_bytes(rows, n); }
+  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
+
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
+    if (!io_.run || io_.run->training)
+      batch_norm_forward_training(io_.in, io_.out, gamma(), beta(), param<Layer::moving_mean_index>(),
+                                  param<Layer::moving_variance_index>(), mean(), inverse_std(), rows, n,
+                                  Options.momentum, Options.epsilon, scratch_, s);
+    else
+      batch_norm_forward_inference(io_.in, io_.out, gamma(), beta(), param<Layer::moving_mean_index>(),
+                                   param<Layer::moving_variance_index>(), rows, n, Options.epsilon, s);
+  }
+  void backward() {  // d_in may be d_out's buffer (gradient_in_place)
+    float* d_gamma = nullptr;
+    float* d_beta = nullptr;
+    if constexpr (Layer::has_gamma) d_gamma = io_.grads + params::template offset<Layer::gamma_index>;
+    if constexpr (Layer::has_beta) d_beta = io_.grads + params::template offset<Layer::beta_index>;
+    batch_norm_backward(io_.in, io_.d_out, io_.d_in, gamma(), mean(), inverse_std(), d_gamma, d_beta, rows, n,
+                        scratch_, io_.context->stream);
+  }
+
+ private:
+  template <std::size_t I>
+  float* param() const {
+    return io_.params + params::template offset<I>;
+  }
+  const float* gamma() const {
+    if constexpr (Layer::has_gamma) return param<Layer::gamma_index>();
+    else return nullptr;
+  }
+  const float* beta() const {
+    if constexpr (Layer::has_beta) return param<Layer::beta_index>();
+    else return nullptr;
+  }
+  float* mean() const { return reinterpret_cast<float*>(io_.workspace); }
+  float* inverse_std() const { return reinterpret_cast<float*>(io_.workspace) + n; }
+
+  layer_io<typeflow::cuda> io_;
+  std::byte* scratch_ = nullptr;  // the step program's scratchpad
+};
+
 // softmax over the last axis: forward the fused row kernel the loss uses;
 // backward in place on the gradient, from the output (a warp per row).
 template <class Layer, int Batch>
@@ -348,6 +403,12 @@ class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cuda
   using backend::cuda::layer_norm_executor<Options, Layer, Batch>::layer_norm_executor;
 };
 
+template <batch_norm_options Options, class... Initializers, class Layer, int Batch>
+class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cuda>
+    : public backend::cuda::batch_norm_executor<Options, Layer, Batch> {
+ public:
+  using backend::cuda::batch_norm_executor<Options, Layer, Batch>::batch_norm_executor;
+};
 template <class Layer, int Batch>
 class executor<softmax, Layer, Batch, cuda> : public backend::cuda::softmax_executor<Layer, Batch> {
  public:
