@@ -173,8 +173,13 @@ void replay_gpu_threads(const run_layer<Layer, Batch>& cpu, bool max) {
           dx[e] = max ? pw::max_window_gradient(dy, arg.data() + n * w.out_size(), w, h, x, c)
                       : pw::average_window_gradient(dy, w, h, x, c);
         }
-  CHECK(std::memcmp(y.data(), cpu.y.data(), y.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(dx.data(), cpu.dx.data(), dx.size() * sizeof(float)) == 0);
+  if (max) {  // comparisons and copies only: to the bit
+    CHECK(std::memcmp(y.data(), cpu.y.data(), y.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(dx.data(), cpu.dx.data(), dx.size() * sizeof(float)) == 0);
+  } else {  // a vectorised CPU loop may fuse d += g * scale into an FMA where the replay does not
+    for (std::size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == doctest::Approx(cpu.y[i]).epsilon(1e-6));
+    for (std::size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == doctest::Approx(cpu.dx[i]).epsilon(1e-6));
+  }
   if (max) CHECK(std::memcmp(arg.data(), cpu.workspace.data(), arg.size() * sizeof(index_type)) == 0);
 }
 
