@@ -139,6 +139,7 @@ struct causal_self_attention {
                               (!decoding || steps == 1)>::passed,
                   "causal_self_attention<Heads>: a decoder feeds one position per call, an input of (1, D)");
     static constexpr bool with_dropout = dropout_rate > 0.f && !decoding;
+    static constexpr float attention_dropout_rate = dropout_rate;  // attention_dropout's rate, or 0
 
     using input_shape = In;
     using output_shape = In;

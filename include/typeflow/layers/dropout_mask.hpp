@@ -37,6 +37,21 @@ struct dropout_mask {
   }
 };
 
+// causal_self_attention's mask over the weights of (sample, head) pair p:
+// weight (i, j) is element (p T + i) T + j, as the CPU layer draws it
+// (backend/cpu/attention.hpp); the Keep of core/attention_rows.hpp.
+struct attention_keep {
+  static constexpr bool active = true;
+  dropout_mask mask;
+  std::uint64_t first = 0;  // p T T
+  int steps = 0;            // T
+  float scale = 1.f;        // mask.scale
+  TYPEFLOW_HOST_DEVICE bool operator()(int i, int j) const {
+    return mask.keep(first + static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(steps) +
+                     static_cast<std::uint64_t>(j));
+  }
+};
+
 // The layer's seed: what dropout's executors pass to random_stream as
 // `seed`; layer_salt is the executor's layer_io::salt.
 constexpr std::uint64_t dropout_seed(std::uint64_t model_seed, std::uint64_t layer_salt) {

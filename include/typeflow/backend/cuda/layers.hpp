@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "typeflow/backend/cuda/attention_executor.hpp"  // causal_self_attention
 #include "typeflow/backend/cuda/batch_norm.hpp"
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
