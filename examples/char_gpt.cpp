@@ -16,6 +16,12 @@
 // arguments, it continues from there, and ends with the same validation
 // loss, to the last digit, as a run that was never stopped. A second Ctrl-C
 // exits at once.
+//
+// Built twice: char_gpt on the CPU, and, wherever CMake finds CUDA,
+// char_gpt_cuda (TYPEFLOW_EXAMPLE_CUDA) on one GPU under mixed_bfloat16,
+// the same model type on tf::cuda. The GPU run saves its weights and writes
+// its continuation from them on the CPU (decoding is not on the GPU yet):
+// a weights file moves between the devices unchanged.
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -29,11 +35,16 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
-#include <typeflow/typeflow.hpp>
+#include "example_device.hpp"  // <typeflow/typeflow.hpp>, or <typeflow/cuda.hpp> for char_gpt_cuda
 
 namespace tf = typeflow;
+
+using device = example::device;
+using policy = std::conditional_t<example::on_gpu, tf::mixed_bfloat16, tf::float32>;
+constexpr const char* program = example::on_gpu ? "char_gpt_cuda" : "char_gpt";
 
 constexpr int vocab = 96;       // Moby-Dick has 85 distinct bytes; the rest stay unused
 constexpr int block_size = 64;  // characters of context
@@ -52,7 +63,8 @@ using gpt = tf::sequential<
     tf::positional_embedding<block_size, tf::embeddings_initializer<init>>,
     tf::repeat<n_layer, tf::recompute<block>>,
     layer_norm,
-    tf::dense<vocab, tf::kernel_initializer<init>>>;  // logits over the characters
+    tf::dense<vocab, tf::float32, tf::kernel_initializer<init>>>;  // logits over the characters, in float32
+                                                                   // under a mixed policy too
 
 static_assert(gpt::output_shape == tf::shape<block_size, vocab>{});
 
@@ -97,6 +109,22 @@ class save_on_interrupt : public tf::callback {
   std::string dir_;
   bool saved_ = false;
 };
+
+// n ids sampled after the prompt; a model on the GPU hands its weights to
+// the same model type on the CPU, which decodes.
+template <class Model>
+std::vector<std::int32_t> continuation(Model& model, const std::vector<std::int32_t>& prompt, int n) {
+  const tf::generate_options sampling{.temperature = 0.8f, .top_k = 20, .seed = 42};
+  if constexpr (std::is_same_v<device, tf::cpu>) {
+    return model.generate(prompt, n, sampling);
+  } else {
+    const std::string weights = std::string(program) + "_weights.safetensors";
+    model.save_weights(weights);
+    tf::model<gpt, policy> on_cpu{/*seed=*/1337};
+    on_cpu.load_weights(weights);
+    return on_cpu.generate(prompt, n, sampling);
+  }
+}
 
 static std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -146,7 +174,7 @@ int main(int argc, char** argv) try {
 
   const std::int64_t steps = static_cast<std::int64_t>(epochs) * steps_per_epoch;
   const std::int64_t warmup = std::min<std::int64_t>(100, steps / 10);
-  tf::model<gpt> model{/*seed=*/1337};
+  tf::model<gpt, policy, tf::single_device, device> model{/*seed=*/1337};
   model.summary();
   model.compile(tf::optimizers::adamw{.learning_rate = tf::schedules::cosine_decay{2e-3, steps - warmup,
                                                                                   {.alpha = 0.1, .warmup_steps = warmup}},
@@ -181,12 +209,11 @@ int main(int argc, char** argv) try {
   std::printf("report: %s\n", report.filename().c_str());
 
   const std::string prompt = "Call me Ishmael. ";
-  const auto generated =
-      model.generate(tokenizer.encode(prompt), 300, {.temperature = 0.8f, .top_k = 20, .seed = 42});
+  const auto generated = continuation(model, tokenizer.encode(prompt), 300);
   std::printf("\n--- 300 characters after \"%s\" ---\n%s%s\n", prompt.c_str(), prompt.c_str(),
               tokenizer.decode(generated).c_str());
   return 0;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "char_gpt: %s\n", e.what());
+  std::fprintf(stderr, "%s: %s\n", program, e.what());
   return 1;
 }

@@ -5,6 +5,9 @@
 //
 //   mnist_cnn [data/mnist] [epochs]
 //
+// Built a second time as mnist_cnn_cuda wherever CMake finds CUDA: the same
+// model type on one GPU (example_device.hpp).
+//
 // Every shape below is computed by the compiler from Keras's formulas; a
 // kernel too large for its input, or a pool that leaves nothing, does not
 // compile.
@@ -13,7 +16,7 @@
 #include <exception>
 #include <string>
 
-#include <typeflow/typeflow.hpp>
+#include "example_device.hpp"  // <typeflow/typeflow.hpp>, or <typeflow/cuda.hpp> for mnist_cnn_cuda
 
 namespace tf = typeflow;
 
@@ -45,7 +48,7 @@ int main(int argc, char** argv) try {
             | tf::data::map(tf::data::scale(1.f / 255))
             | tf::data::batch<64>;
 
-  tf::model<cnn> model{/*seed=*/42};
+  tf::model<cnn, tf::float32, tf::single_device, example::device> model{/*seed=*/42};
   model.summary();
   model.compile(tf::optimizers::adam{.learning_rate = 1e-3f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true},
@@ -59,6 +62,6 @@ int main(int argc, char** argv) try {
               result.at("loss"), 10'000);
   return 0;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "mnist_cnn: %s\n", e.what());
+  std::fprintf(stderr, "%s: %s\n", example::on_gpu ? "mnist_cnn_cuda" : "mnist_cnn", e.what());
   return 1;
 }

@@ -20,7 +20,7 @@
 #include "typeflow/core/attention_rows.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 
-#include "../support/attention_harness.hpp"
+#include "../support/layer_harness.hpp"
 #include "../support/bound_layer.hpp"
 
 namespace tf = typeflow;

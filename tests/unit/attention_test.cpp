@@ -23,7 +23,7 @@
 #include <typeflow/typeflow.hpp>
 #include <typeflow/backend/cpu/attention.hpp>
 
-#include "../support/attention_harness.hpp"
+#include "../support/layer_harness.hpp"
 #include "../support/bound_layer.hpp"
 #include "../support/reference_json.hpp"
 

@@ -22,6 +22,7 @@
 
 #include "typeflow/backend/cuda/attention_executor.hpp"  // causal_self_attention
 #include "typeflow/backend/cuda/batch_norm.hpp"
+#include "typeflow/backend/cuda/conv2d_executor.hpp"  // conv2d, depthwise_conv2d
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/embedding_executors.hpp"  // embedding, positional_embedding, tied_logits

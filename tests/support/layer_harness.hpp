@@ -1,6 +1,8 @@
-// causal_self_attention's CPU executor driven directly on buffers of a
-// test's own, as a step_program would bind it (tests/unit/attention_test.cpp,
-// tests/unit/attention_rows_test.cpp).
+// One bound layer's CPU executor driven directly on buffers of a test's
+// own, as a step_program would bind it: the layer tests that check it
+// against references (tests/unit/attention_test.cpp) and the replays of the
+// GPU's kernels (tests/unit/attention_rows_test.cpp, conv_rows_test.cpp).
+// Layer is a testing::bound_layer (it names its spec).
 #pragma once
 
 #include <cstddef>
@@ -10,10 +12,11 @@
 #include <memory>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
-#include <typeflow/backend/cpu/attention.hpp>
+#include <typeflow/backend/cpu/executors.hpp>
 
 namespace typeflow::testing {
 
@@ -40,10 +43,9 @@ struct aligned_bytes {
   std::byte* get() const { return data.get(); }
 };
 
-// One bound attention layer's executor on buffers of its own.
+// One bound layer's executor on buffers of its own.
 template <class Layer, int Batch>
 struct harness {
-  static constexpr int D = Layer::width;
   static constexpr std::size_t in_size = Batch * Layer::input_shape::size;
   static constexpr std::size_t out_size = Batch * Layer::output_shape::size;
   using params = typename Layer::params;
@@ -98,17 +100,17 @@ struct harness {
   float grad(std::size_t element) const { return grads[stored_index<I>(element)]; }
 
   // Random x and d_out in [-1, 1), and parameters in [-0.5, 0.5) (biases
-  // too, so that all four matter).
+  // too, so that every one matters).
   void fill_randomly(std::uint64_t salt = 0) {
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = wobble(i, 10 + salt);
-    auto fill = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
-      for (std::size_t e = 0; e < size_of<I>; ++e) param<I>(e) = 0.5f * wobble(e, 20 + I + salt);
-    };
-    fill(std::integral_constant<std::size_t, 0>{});
-    fill(std::integral_constant<std::size_t, 1>{});
-    fill(std::integral_constant<std::size_t, 2>{});
-    fill(std::integral_constant<std::size_t, 3>{});
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((fill_param<I>(salt)), ...);
+    }(std::make_index_sequence<params::count>{});
     for (std::size_t i = 0; i < d_out.size(); ++i) d_out[i] = wobble(i, 30 + salt);
+  }
+  template <std::size_t I>
+  void fill_param(std::uint64_t salt) {
+    for (std::size_t e = 0; e < size_of<I>; ++e) param<I>(e) = 0.5f * wobble(e, 20 + I + salt);
   }
 
   // L = sum(out * d_out), whose gradients backward computes.

@@ -1,0 +1,3 @@
+// backend/cuda/convolution.hpp's kernels and launchers, compiled once
+// (typeflow::cuda's kernel library).
+#include "typeflow/backend/cuda/kernels/convolution.cuh"
