@@ -23,7 +23,7 @@ root=$PWD
 build=${BUILD:-build-gpu}
 stage=.gpu-bundle/typeflow-gpu
 # TARGETS="gemm_algos" packs only those (a quicker bundle for one phase).
-read -r -a targets <<< "${TARGETS:-typeflow_cuda_tests gemm_bench norm_bench mlp_train_step gemm_algos}"
+read -r -a targets <<< "${TARGETS:-typeflow_cuda_tests gemm_bench norm_bench mlp_train_step gpt2_train_step gemm_algos}"
 
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_NATIVE=OFF -DTYPEFLOW_PCH=OFF \

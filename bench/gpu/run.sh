@@ -19,6 +19,8 @@
 #             sweep: typeflow's (cuBLASLt), then PyTorch's
 #   norm      layer_norm and softmax cross-entropy kernels, then PyTorch's
 #   mlp       the MLP training step, then PyTorch eager's
+#   gpt2      GPT-2 124M's step (bf16, 16 x 1024 tokens): tokens/s, MFU and
+#             memory, then PyTorch's eager and torch.compile (torch_gpt2.py)
 #   readers   TensorBoard's reader and transformers' GPT-2 over files typeflow
 #             wrote (bench/gpu/readers.py)
 #   algos     (only when named) cuBLASLt's candidates timed, beside torch.matmul
@@ -35,7 +37,7 @@ mkdir -p "$OUT"
 work=${WORK:-/tmp/typeflow-gpu-run}
 bundle=$root/.gpu-bundle/typeflow-gpu.tar.xz
 dry=0
-phases="tests memcheck gemm norm mlp readers"
+phases="tests memcheck gemm norm mlp gpt2 readers"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry) dry=1 ;;
@@ -259,6 +261,19 @@ mlp() {
     rates+=" (torch $(grep -oE "batch=$b samples_per_second=[0-9]+" "$OUT/mlp.log" | cut -d= -f3)); "
   done
   row mlp "$(grep -q '^BM_mlp_train_step_b256' "$OUT/mlp.log" && echo ok || echo FAILED)" $((SECONDS - t0)) "$rates"
+}
+
+gpt2() {
+  local t0=$SECONDS
+  log "GPT-2 124M training step, typeflow then torch eager and torch.compile (cap 240 s)"
+  timeout -k 5 90 "${ours[@]}" "$bin/gpt2_train_step" --benchmark_min_time=3 > "$OUT/gpt2.log" 2>&1
+  timeout -k 5 150 python3 bench/gpu/torch_gpt2.py --min-time 3 >> "$OUT/gpt2.log" 2>&1
+  local ours_rate torch_rates
+  ours_rate="tokens/s $(counter "$OUT/gpt2.log" 'BM_gpt2_train_step[^ ]*' 'tokens_per_second' || true)"
+  ours_rate+=" mfu $(counter "$OUT/gpt2.log" 'BM_gpt2_train_step[^ ]*' 'mfu' || true)"
+  torch_rates=$(grep -oE 'mode=[a-z]+ batch=[0-9]+ tokens_per_second=[0-9]+ mfu=[0-9.]+' "$OUT/gpt2.log" | tr '\n' ' ')
+  row gpt2 "$(grep -q '^BM_gpt2_train_step' "$OUT/gpt2.log" && echo ok || echo FAILED)" $((SECONDS - t0)) \
+    "$ours_rate; torch $torch_rates"
 }
 
 # Not in the default phases: cuBLASLt's first answer against the fastest of
