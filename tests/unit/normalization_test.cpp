@@ -572,7 +572,7 @@ TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer
 
   const bm::chunking k = bm::chunking_of(rows);
   REQUIRE(k.chunks > 1);  // the replay must cross chunks
-  auto chunked = [&](auto&& term, int j) {  // the two-stage sum of term(r) for feature j
+  auto chunked = [&](auto&& term) {  // the two-stage sum of term(r) over the rows
     double total = 0;
     for (int c = 0; c < k.chunks; ++c) {
       double s = 0;
@@ -584,11 +584,11 @@ TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer
   const float update_weight = static_cast<float>(1.0 - 0.9);
   std::vector<float> mean(n), inverse_std(n), y(x.size()), dx(x.size()), d_gamma(n), d_beta(n);
   for (int j = 0; j < n; ++j) {
-    const double mean_d = chunked([&](int r) { return double{x[r * n + j]}; }, j) / rows;
+    const double mean_d = chunked([&](int r) { return double{x[r * n + j]}; }) / rows;
     const double variance = chunked([&](int r) {
                               const double deviation = x[r * n + j] - mean_d;
                               return deviation * deviation;
-                            }, j) / rows;
+                            }) / rows;
     mean[j] = static_cast<float>(mean_d);
     inverse_std[j] = bm::inverse_std_of(variance, 1e-3f);
     moving_mean[j] = bm::moving_average_of(moving_mean[j], mean[j], 0.9f, update_weight);
@@ -599,9 +599,9 @@ TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer
     y[e] = bm::normalized_output(x[e], mean[j], inverse_std[j], gamma.data(), beta.data(), j);
   }
   for (int j = 0; j < n; ++j) {
-    const double sum_dy = chunked([&](int r) { return double{dy[r * n + j]}; }, j);
+    const double sum_dy = chunked([&](int r) { return double{dy[r * n + j]}; });
     const double sum_dyn = chunked(
-        [&](int r) { return double{dy[r * n + j]} * bm::normalized_of(x[r * n + j], mean[j], inverse_std[j]); }, j);
+        [&](int r) { return double{dy[r * n + j]} * bm::normalized_of(x[r * n + j], mean[j], inverse_std[j]); });
     d_gamma[j] = static_cast<float>(sum_dyn);
     d_beta[j] = static_cast<float>(sum_dy);
     const float factor = gamma[j] * inverse_std[j];

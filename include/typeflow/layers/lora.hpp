@@ -21,7 +21,8 @@
 // (rows, Rank) thin), after the layer's own product and before its output is
 // rounded or stored. A dense with an adapter does not fuse the activation
 // after it into its matmul (the adapter's term comes before the activation).
-// On the CPU only for now: a CUDA model with lora<> is a compile error.
+// Both devices: backend/cpu/lora.hpp and backend/cuda/lora.hpp run the
+// adapter's products.
 #pragma once
 
 #include <string>

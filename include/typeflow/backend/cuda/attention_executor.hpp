@@ -10,8 +10,14 @@
 // gradients and d_x are written in float32 straight from the accumulators,
 // as dense's are here.
 //
+// With lora<> both kernels are frozen and the layer computes in float32 (as
+// on the CPU): each projection gets its adapter (backend/cuda/lora.hpp),
+// which adds to qkv and to the output forward, and to d_y and d_x backward;
+// the biases' gradients are column sums.
+//
 // Workspace (kept from forward to backward), inside the CPU layer's plan:
 //   qkv (rows, 3D) | y (rows, D) | statistics (Batch, H, T, 2)
+//   [lora<>: the qkv adapter's t and u | the proj adapter's t and u, (rows, Rank) each]
 // Scratch (one call): d_y (rows, D) | d_qkv (rows, 3D) | δ (Batch, H, T),
 // and under a 16-bit policy the products' 16-bit operands after them.
 #pragma once
@@ -25,8 +31,10 @@
 #include <type_traits>
 
 #include "typeflow/backend/cuda/attention.hpp"
+#include "typeflow/backend/cuda/column_sums.hpp"
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
+#include "typeflow/backend/cuda/lora.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/layers/attention.hpp"
@@ -62,7 +70,12 @@ class attention_executor {
   // Workspace: qkv | y | statistics.
   static constexpr std::size_t y_at = scratch_align(3 * rows_d * sizeof(float));
   static constexpr std::size_t statistics_at = y_at + scratch_align(rows_d * sizeof(float));
-  static constexpr std::size_t workspace_used = statistics_at + 2 * row_heads * sizeof(float);
+  static constexpr bool with_lora = Layer::with_lora;
+  static constexpr std::size_t thin_bytes =
+      with_lora ? scratch_align(static_cast<std::size_t>(rows) * Layer::lora_rank * sizeof(float)) : 0;
+  static constexpr std::size_t lora_at = statistics_at + scratch_align(2 * row_heads * sizeof(float));
+  static constexpr std::size_t workspace_used =
+      with_lora ? lora_at + 4 * thin_bytes : statistics_at + 2 * row_heads * sizeof(float);
   static_assert(workspace_used <= Batch * Layer::workspace_bytes_per_sample + Layer::workspace_bytes_per_step,
                 "causal_self_attention on tf::cuda: qkv, y and the row statistics exceed the layer's workspace");
 
@@ -103,7 +116,14 @@ class attention_executor {
                          gemm_epilogue::bias_gradient, false, false, io.context->gemm_workspace_bytes),
         // d_x (rows, D) = d_qkv · qkv.kernelᵀ
         qkv_input_grad_(io.context->lt, {rows, D, 3 * D, false, true, 0, qkv_stride}, product_precision,
-                        gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {}
+                        gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {
+    if constexpr (with_lora) {
+      constexpr int r = Layer::lora_rank;
+      constexpr float scale = Layer::lora_type::scale;
+      qkv_adapter_ = lora_adapter(*io.context, {rows, D, 3 * D, r, scale, row_stride<4>, row_stride<5>, 0, 0});
+      proj_adapter_ = lora_adapter(*io.context, {rows, D, D, r, scale, row_stride<6>, row_stride<7>, 0, 0});
+    }
+  }
 
   std::size_t scratchpad_bytes() const { return scratch_used; }
   void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
@@ -113,6 +133,8 @@ class attention_executor {
     dropping_ = Layer::with_dropout && io_.run && io_.run->training;
     if constexpr (!low_precision) {
       qkv_forward_.run(io_.in, param<0>(), qkv(), param<1>(), nullptr, io_.context->gemm_workspace, s);
+      if constexpr (with_lora)
+        qkv_adapter_.forward(io_.in, param<4>(), param<5>(), qkv(), lora_buffer(0), io_.context->gemm_workspace, s);
     } else {
       map(param<1>(), bias(), 3 * D, round_fn<compute_value>{}, s);
       qkv_forward_.run(sixteen(io_.in, x16_at, rows_d, s), sixteen(param<0>(), qkv_kernel16_at, qkv_kernel_floats, s),
@@ -122,6 +144,8 @@ class attention_executor {
     attention_forward(qkv(), y(), statistics(), shape(), dropout(), rounding, s);
     if constexpr (!low_precision) {
       proj_forward_.run(y(), param<2>(), io_.out, param<3>(), nullptr, io_.context->gemm_workspace, s);
+      if constexpr (with_lora)
+        proj_adapter_.forward(y(), param<6>(), param<7>(), io_.out, lora_buffer(2), io_.context->gemm_workspace, s);
     } else {
       map(y(), y(), rows_d, round_fn<compute_value>{}, s);
       map(param<3>(), bias(), D, round_fn<compute_value>{}, s);
@@ -134,7 +158,12 @@ class attention_executor {
   void backward() {
     const cudaStream_t s = io_.context->stream;
     void* ws = io_.context->gemm_workspace;
-    if constexpr (!low_precision) {
+    if constexpr (with_lora) {
+      column_sums(io_.d_out, grad<3>(), static_cast<std::size_t>(rows), D, s);
+      proj_input_grad_.run(io_.d_out, param<2>(), d_y(), nullptr, nullptr, ws, s);
+      proj_adapter_.backward(y(), param<6>(), param<7>(), lora_buffer(2), lora_buffer(3), io_.d_out, grad<6>(),
+                             grad<7>(), d_y(), ws, s);  // adds to d_y
+    } else if constexpr (!low_precision) {
       proj_kernel_grad_.run(y(), io_.d_out, grad<2>(), nullptr, grad<3>(), ws, s);
       proj_input_grad_.run(io_.d_out, param<2>(), d_y(), nullptr, nullptr, ws, s);
     } else {
@@ -145,7 +174,12 @@ class attention_executor {
       map(d_y(), d_y(), rows_d, round_fn<compute_value>{}, s);
     }
     attention_backward(qkv(), d_y(), statistics(), delta(), d_qkv(), shape(), dropout(), rounding, s);
-    if constexpr (!low_precision) {
+    if constexpr (with_lora) {
+      column_sums(d_qkv(), grad<1>(), static_cast<std::size_t>(rows), 3 * D, s);
+      if (io_.d_in) qkv_input_grad_.run(d_qkv(), param<0>(), io_.d_in, nullptr, nullptr, ws, s);
+      qkv_adapter_.backward(io_.in, param<4>(), param<5>(), lora_buffer(0), lora_buffer(1), d_qkv(), grad<4>(),
+                            grad<5>(), io_.d_in, ws, s);  // after d_x is written: adds to it
+    } else if constexpr (!low_precision) {
       qkv_kernel_grad_.run(io_.in, d_qkv(), grad<0>(), nullptr, grad<1>(), ws, s);
       if (io_.d_in) qkv_input_grad_.run(d_qkv(), param<0>(), io_.d_in, nullptr, nullptr, ws, s);
     } else {
@@ -160,12 +194,16 @@ class attention_executor {
  private:
   template <std::size_t I>
   float* param() const {
-    return io_.params + params::template offset<I>;
+    return param_data<params, I>(io_);  // the frozen kernels with lora<>
   }
   template <std::size_t I>
   float* grad() const {
-    return io_.grads + params::template offset<I>;
+    return param_gradient<params, I>(io_);
   }
+  template <std::size_t P>
+  static constexpr int row_stride = static_cast<int>(std::tuple_element_t<P, typename params::tuple>::row_stride);
+  // lora<>'s (rows, Rank) buffers: 0, 1 the qkv adapter's t and u; 2, 3 the proj adapter's.
+  float* lora_buffer(int i) const { return reinterpret_cast<float*>(io_.workspace + lora_at + i * thin_bytes); }
   float* qkv() const { return reinterpret_cast<float*>(io_.workspace); }
   float* y() const { return reinterpret_cast<float*>(io_.workspace + y_at); }
   float* statistics() const { return reinterpret_cast<float*>(io_.workspace + statistics_at); }
@@ -193,6 +231,7 @@ class attention_executor {
   std::byte* scratch_ = nullptr;  // the step program's scratchpad
   bool dropping_ = false;         // forward's choice, which backward repeats
   matmul qkv_forward_, proj_forward_, proj_kernel_grad_, proj_input_grad_, qkv_kernel_grad_, qkv_input_grad_;
+  lora_adapter qkv_adapter_, proj_adapter_;  // with lora<> only
 };
 
 }  // namespace backend::cuda
@@ -200,10 +239,6 @@ class attention_executor {
 template <int Heads, class... Options, class Layer, int Batch>
 class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cuda>
     : public backend::cuda::attention_executor<Layer, Batch> {
-  static_assert(executor_check<layer_spec<causal_self_attention<Heads, Options...>>, on_device<cuda>,
-                               !Layer::with_lora>::passed,
-                "causal_self_attention<Heads, lora<...>>: LoRA adapters run on the CPU only for now "
-                "(docs/architecture.md)");
   static_assert(executor_check<layer_spec<causal_self_attention<Heads, Options...>>, on_device<cuda>,
                                !Layer::decoding>::passed,
                 "causal_self_attention: decoding with a key/value cache (model::generate) runs on the CPU only "

@@ -22,11 +22,13 @@
 
 #include "typeflow/backend/cuda/attention_executor.hpp"  // causal_self_attention
 #include "typeflow/backend/cuda/batch_norm.hpp"
+#include "typeflow/backend/cuda/column_sums.hpp"
 #include "typeflow/backend/cuda/conv2d_executor.hpp"  // conv2d, depthwise_conv2d
 #include "typeflow/backend/cuda/context.hpp"
 #include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/embedding_executors.hpp"  // embedding, positional_embedding, tied_logits
 #include "typeflow/backend/cuda/layer_norm.hpp"
+#include "typeflow/backend/cuda/lora.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/pooling_executors.hpp"  // the poolings
 #include "typeflow/backend/cuda/runtime.hpp"
@@ -37,6 +39,7 @@
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/layers/layer_norm.hpp"
+#include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/softmax.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/model/layer.hpp"
@@ -61,6 +64,13 @@ namespace backend::cuda {
 // to 16 bits as well; here that would cost a pass each and only add error,
 // and the incoming gradient, which is rounded, is what limits the loss scale.
 // A float32 dense reading a 16-bit input converts it to float32 in scratch.
+//
+// With lora<> (layers/lora.hpp) the kernel is frozen: no kernel gradient,
+// the bias gradient from column sums of d_out, and the adapter
+// (backend/cuda/lora.hpp) adds its term to the float32 product before the
+// output is rounded or stored in 16 bits, reading x and d_out in float32 as
+// the CPU's adapter does (rounded to the compute dtype under a 16-bit
+// policy); its t and u live in the layer's workspace.
 template <class Layer, int Batch>
 class dense_executor {
   using params = typename Layer::params;
@@ -69,6 +79,9 @@ class dense_executor {
   using output_value = typename Layer::output_dtype::value_type;
   static constexpr bool low_precision = Layer::low_precision;
   static constexpr bool stores_16bit = Layer::stores_16bit;
+  static constexpr bool with_lora = Layer::with_lora;
+  // The product writes its 16-bit output itself, unless an adapter adds to it first.
+  static constexpr bool product_stores_16bit = stores_16bit && !with_lora;
   // The product reads its input in the compute dtype: converted when stored otherwise.
   static constexpr bool converts_input = !std::is_same_v<input_value, compute_value>;
   static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
@@ -93,7 +106,8 @@ class dense_executor {
   static constexpr std::size_t output_count = static_cast<std::size_t>(rows) * units;
 
   // Scratch: [kernel in 16 bits, padded rows as stored] [input in the compute
-  // dtype] [forward: the bias as the epilogue reads it | backward: d_out in 16 bits].
+  // dtype] [forward: the bias as the epilogue reads it | backward: d_out in 16 bits]
+  // and with lora<>: [x in float32] [the float32 product | d_out rounded, float32].
   static constexpr std::size_t kernel_bytes =
       low_precision ? scratch_align(Layer::kernel_floats * sizeof(compute_value)) : 0;
   static constexpr std::size_t input_bytes =
@@ -104,72 +118,113 @@ class dense_executor {
       low_precision ? scratch_align(output_count * sizeof(compute_value)) : 0;
   static constexpr std::size_t input_offset = kernel_bytes;
   static constexpr std::size_t tail_offset = kernel_bytes + input_bytes;
+  // The adapter's float32 x: converted or rounded when x is not already that.
+  static constexpr bool adapter_copies_input = with_lora && (low_precision || !std::is_same_v<input_value, float>);
+  static constexpr std::size_t adapter_input_offset =
+      tail_offset + (bias_bytes > gradient_bytes ? bias_bytes : gradient_bytes);
+  static constexpr std::size_t lora_float_offset =
+      adapter_input_offset + (adapter_copies_input ? scratch_align(input_count * sizeof(float)) : 0);
+  static constexpr std::size_t lora_float_bytes =
+      with_lora && (stores_16bit || low_precision) ? scratch_align(output_count * sizeof(float)) : 0;
 
  public:
   explicit dense_executor(const layer_io<typeflow::cuda>& io)
       : io_(io),
         forward_(io.context->lt, {rows, units, in_features, false, false, 0, kernel_stride}, product_precision,
-                 fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, stores_16bit, false,
+                 fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, product_stores_16bit, false,
                  io.context->gemm_workspace_bytes),
         // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), and d_bias its column sums
-        kernel_grad_(io.context->lt, {in_features, units, rows, true, false, 0, 0, kernel_stride}, product_precision,
-                     gemm_epilogue::bias_gradient, false, false, io.context->gemm_workspace_bytes),
+        kernel_grad_(with_lora ? matmul()
+                               : matmul(io.context->lt, {in_features, units, rows, true, false, 0, 0, kernel_stride},
+                                        product_precision, gemm_epilogue::bias_gradient, false, false,
+                                        io.context->gemm_workspace_bytes)),
         // d_in (rows, in) = d_out (rows, units) · kernel^T (units, in)
         input_grad_(io.context->lt, {rows, in_features, units, false, true, 0, kernel_stride}, product_precision,
-                    gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {}
-
-  std::size_t scratchpad_bytes() const {
-    return kernel_bytes + input_bytes + (bias_bytes > gradient_bytes ? bias_bytes : gradient_bytes);
+                    gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {
+    if constexpr (with_lora)
+      adapter_ = lora_adapter(*io.context, {rows, in_features, units, Layer::lora_rank, Layer::lora_type::scale,
+                                            row_stride<2>, row_stride<3>, 0, 0});
   }
+
+  std::size_t scratchpad_bytes() const { return lora_float_offset + lora_float_bytes; }
   void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
 
   void forward() {
     const cudaStream_t s = io_.context->stream;
+    float* out = product_out();
     if constexpr (!low_precision) {
-      forward_.run(input(s), kernel(), io_.out, bias(), nullptr, io_.context->gemm_workspace, s);
+      forward_.run(input(s), kernel(), out, bias(), nullptr, io_.context->gemm_workspace, s);
     } else {
-      auto* b = reinterpret_cast<output_value*>(scratch_ + tail_offset);
-      if constexpr (stores_16bit)
+      using bias_value = std::conditional_t<product_stores_16bit, output_value, float>;
+      auto* b = reinterpret_cast<bias_value*>(scratch_ + tail_offset);
+      if constexpr (product_stores_16bit)
         map(bias(), b, units, identity_fn{}, s);
       else  // a float32 bias holding the compute dtype's values (the CPU rounds it too)
         map(bias(), b, units, round_fn<compute_value>{}, s);
-      forward_.run(input(s), kernel_16bit(s), io_.out, b, nullptr, io_.context->gemm_workspace, s);
+      forward_.run(input(s), kernel_16bit(s), out, b, nullptr, io_.context->gemm_workspace, s);
+    }
+    if constexpr (with_lora) {
+      adapter_.forward(adapter_input(s), param<2>(), param<3>(), out, lora_kept(), io_.context->gemm_workspace, s);
+      if constexpr (stores_16bit) {
+        to_16bit(out, reinterpret_cast<output_value*>(io_.out), output_count, s);
+        return;
+      }
     }
     // cuBLASLt has relu and gelu epilogues, not tanh or sigmoid: those run
     // in place right after (the activation layer's forward is a no-op). On a
     // 16-bit output that rounds twice (the product, then f of it) where the
     // CPU rounds f of the float32 product once.
-    auto* out = reinterpret_cast<output_value*>(io_.out);
+    auto* stored = reinterpret_cast<output_value*>(io_.out);
     if constexpr (fused == epilogue::tanh || fused == epilogue::sigmoid) {
       using functor = std::conditional_t<fused == epilogue::tanh, functors::tanh_fn, functors::sigmoid>;
       if constexpr (low_precision && !stores_16bit)
-        map(out, out, output_count, activation_rounded_fn<functor, compute_value>{}, s);
+        map(stored, stored, output_count, activation_rounded_fn<functor, compute_value>{}, s);
       else
-        activation_forward<functor>(out, out, output_count, s);
+        activation_forward<functor>(stored, stored, output_count, s);
     } else if constexpr (low_precision && !stores_16bit) {
-      map(out, out, output_count, round_fn<compute_value>{}, s);
+      map(stored, stored, output_count, round_fn<compute_value>{}, s);
     }
   }
 
   void backward() {
     const cudaStream_t s = io_.context->stream;
-    float* d_kernel = io_.grads + params::template offset<0>;
     float* d_bias = io_.grads + params::template offset<1>;
-    if constexpr (!low_precision) {
-      kernel_grad_.run(input(s), io_.d_out, d_kernel, nullptr, d_bias, io_.context->gemm_workspace, s);
-      if (io_.d_in) input_grad_.run(io_.d_out, kernel(), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
-    } else {
-      auto* d_out = reinterpret_cast<compute_value*>(scratch_ + tail_offset);
-      to_16bit(io_.d_out, d_out, output_count, s);
-      kernel_grad_.run(input(s), d_out, d_kernel, nullptr, d_bias, io_.context->gemm_workspace, s);
+    const void* d_out = io_.d_out;
+    if constexpr (low_precision) {
+      auto* converted = reinterpret_cast<compute_value*>(scratch_ + tail_offset);
+      to_16bit(io_.d_out, converted, output_count, s);
+      d_out = converted;
+    }
+    if constexpr (!with_lora) {
+      kernel_grad_.run(input(s), d_out, io_.grads + params::template offset<0>, nullptr, d_bias,
+                       io_.context->gemm_workspace, s);
       // The kernel only for d_in (dW does not read it).
-      if (io_.d_in) input_grad_.run(d_out, kernel_16bit(s), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
+      if (io_.d_in) input_grad_.run(d_out, product_kernel(s), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
+    } else {
+      const float* d_out_float = adapter_d_out(s);
+      column_sums(d_out_float, d_bias, static_cast<std::size_t>(rows), units, s);
+      if (io_.d_in) input_grad_.run(d_out, product_kernel(s), io_.d_in, nullptr, nullptr, io_.context->gemm_workspace, s);
+      // After d_in is written: the adapter adds to it.
+      adapter_.backward(adapter_input(s), param<2>(), param<3>(), lora_kept(), lora_backward(), d_out_float,
+                        io_.grads + params::template offset<2>, io_.grads + params::template offset<3>, io_.d_in,
+                        io_.context->gemm_workspace, s);
     }
   }
 
  private:
-  const float* kernel() const { return io_.params + params::template offset<0>; }
-  const float* bias() const { return io_.params + params::template offset<1>; }
+  template <std::size_t P>
+  static constexpr int row_stride = static_cast<int>(std::tuple_element_t<P, typename params::tuple>::row_stride);
+  template <std::size_t I>
+  float* param() const {
+    return param_data<params, I>(io_);
+  }
+  // The kernel (frozen with lora<>) and the bias.
+  const float* kernel() const { return param_data<params, 0>(io_); }
+  const float* bias() const { return param_data<params, 1>(io_); }
+  const void* product_kernel(cudaStream_t s) const {
+    if constexpr (low_precision) return kernel_16bit(s);
+    else return kernel();
+  }
 
   // The input as the product reads it (converted into scratch when needed).
   const void* input(cudaStream_t s) const {
@@ -188,9 +243,45 @@ class dense_executor {
     return k;
   }
 
+  // Where the product writes: the output, or with lora<> under a 16-bit
+  // store a float32 buffer that the adapter adds to first.
+  float* product_out() const {
+    if constexpr (with_lora && stores_16bit) return reinterpret_cast<float*>(scratch_ + lora_float_offset);
+    else return io_.out;
+  }
+  // The adapter's x in float32 (rounded to the compute dtype under a 16-bit policy).
+  const float* adapter_input(cudaStream_t s) const {
+    if constexpr (!adapter_copies_input) {
+      return io_.in;
+    } else {
+      auto* x = reinterpret_cast<float*>(scratch_ + adapter_input_offset);
+      const auto* from = reinterpret_cast<const input_value*>(io_.in);
+      if constexpr (std::is_same_v<input_value, float>)
+        map(from, x, input_count, round_fn<compute_value>{}, s);
+      else
+        map(from, x, input_count, identity_fn{}, s);  // 16-bit values are exact in float
+      return x;
+    }
+  }
+  // d_out as the adapter and the bias gradient read it: rounded under a 16-bit policy.
+  const float* adapter_d_out(cudaStream_t s) const {
+    if constexpr (!low_precision) {
+      return io_.d_out;
+    } else {
+      auto* d = reinterpret_cast<float*>(scratch_ + lora_float_offset);
+      map(io_.d_out, d, output_count, round_fn<compute_value>{}, s);
+      return d;
+    }
+  }
+  float* lora_kept() const { return reinterpret_cast<float*>(io_.workspace); }
+  float* lora_backward() const {
+    return reinterpret_cast<float*>(io_.workspace + lora_buffer_bytes(static_cast<std::size_t>(rows), Layer::lora_rank));
+  }
+
   layer_io<typeflow::cuda> io_;
   std::byte* scratch_ = nullptr;  // the step program's scratchpad
   matmul forward_, kernel_grad_, input_grad_;
+  lora_adapter adapter_;  // with lora<> only
 };
 
 // Activations: the shared functors, forward (unless a dense took it over) and
@@ -378,9 +469,6 @@ class softmax_executor : public executor_defaults {
 // Which specs run on tf::cuda, and through which executor above.
 template <int Units, class... Options, class Layer, int Batch>
 class executor<dense<Units, Options...>, Layer, Batch, cuda> : public backend::cuda::dense_executor<Layer, Batch> {
-  static_assert(executor_check<layer_spec<dense<Units, Options...>>, on_device<cuda>, !Layer::with_lora>::passed,
-                "dense<Units, lora<...>>: LoRA adapters run on the CPU only for now (docs/architecture.md)");
-
  public:
   using backend::cuda::dense_executor<Layer, Batch>::dense_executor;
 };

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "typeflow/backend/cuda/column_sums.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/conv_windows.hpp"
 #include "typeflow/core/half.hpp"
@@ -110,15 +111,6 @@ __global__ void depthwise_kernel_gradient_kernel(const float* x, const float* dy
   }
 }
 
-// sums[j] = Σ_r values[r][j], r in order.
-__global__ void column_sums_kernel(const float* values, float* sums, std::size_t rows, int columns) {
-  TYPEFLOW_CONV_GRID_STRIDE(j, static_cast<std::size_t>(columns)) {
-    float s = 0.f;
-    for (std::size_t r = 0; r < rows; ++r) s += values[r * static_cast<std::size_t>(columns) + j];
-    sums[j] = s;
-  }
-}
-
 template <class T>
 void patches(const float* x, T* out, const cw::conv_window& w, int batch, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(batch) * w.out_positions() * static_cast<std::size_t>(w.patch_size());
@@ -166,11 +158,7 @@ void depthwise_backward(const float* x, const float* dy, const float* kernel, in
   cd::depthwise_kernel_gradient_kernel<<<cd::blocks_for(taps), cd::threads, 0, stream>>>(
       x, dy, batch, multiplier, kernel_stride, d_kernel, w, taps);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  if (d_bias) {
-    cd::column_sums_kernel<<<cd::blocks_for(static_cast<std::size_t>(out_channels)), cd::threads, 0, stream>>>(
-        dy, d_bias, static_cast<std::size_t>(batch) * w.out_positions(), out_channels);
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  }
+  if (d_bias) column_sums(dy, d_bias, static_cast<std::size_t>(batch) * w.out_positions(), out_channels, stream);
   if (dx) {
     const std::size_t n = static_cast<std::size_t>(batch) * w.in_size();
     cd::depthwise_input_gradient_kernel<<<cd::blocks_for(n), cd::threads, 0, stream>>>(dy, kernel, kernel_stride,
