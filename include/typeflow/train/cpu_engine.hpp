@@ -78,9 +78,6 @@ class engine<Net, Policy, Strategy, cpu> {
   template <class Optimizer, class Loss>
   void check_compile(const Optimizer&, const Loss&) const {}
 
-  // The CPU's update reads training_'s optimizer each step: nothing to tell.
-  void learning_rate_changed(const detail::optimizer_base&) {}
-
   // Fresh optimizer state for training_'s optimizer; the weights stay.
   template <class Optimizer>
   void compiled(const Optimizer&) {

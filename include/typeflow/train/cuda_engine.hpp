@@ -133,16 +133,10 @@ class engine<Net, Policy, Strategy, cuda> {
     download_weights();
   }
 
-  // model::set_learning_rate: each replica's copy of the optimizer takes the new constant rate.
-  void learning_rate_changed(const detail::optimizer_base& optimizer) {
-    const std::optional<double> rate = optimizer.constant_learning_rate();
-    if (!rate) return;
-    for (auto& r : replicas_)
-      if (r->optimizer) r->optimizer->set_learning_rate(*rate);
-  }
-
   // Each replica's optimizer on its device, with fresh state; the arena is
-  // laid out again (the weights come from the host copy).
+  // laid out again (the weights come from the host copy). `optimizer` is
+  // training_state's: the device optimizers read its learning rate at each
+  // step, so model::set_learning_rate reaches them with nothing to copy.
   template <class Optimizer>
   void compiled(const Optimizer& optimizer) {
     loss_ = std::move(next_loss_);

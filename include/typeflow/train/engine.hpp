@@ -17,7 +17,8 @@
 //   is_chief()                         whether this process prints and writes;
 //   check_compile(optimizer, loss)     refuses what the device cannot run, before compile changes anything;
 //   compiled(optimizer)                lays the optimizer's state out, after training_state::compile;
-//   learning_rate_changed(optimizer)   after model::set_learning_rate changed training_state's optimizer;
+//                                      `optimizer` is training_state's own, which the engine may keep
+//                                      a reference to (set_learning_rate changes it there);
 //   steps<Batch>()                     fit_loop's steps (training_state.hpp), whose finish also returns the loss;
 //   evaluate(data), predict(data)      inference over a dataset;
 //   generate(prompt, n, options)       decoding, where the device has it;

@@ -181,7 +181,7 @@ class model {
   void compile(Optimizer optimizer, Loss loss, Metrics... metrics) {
     engine_.check_compile(optimizer, loss);
     training_.compile(optimizer, std::move(loss), std::move(metrics)...);
-    engine_.compiled(optimizer);  // fresh optimizer state; the weights stay
+    engine_.compiled(training_.template compiled_optimizer<Optimizer>());  // fresh optimizer state; the weights stay
   }
 
   // A loss per output, with its weight, and metrics per output, for a
@@ -197,7 +197,7 @@ class model {
     else
       engine_.check_compile(optimizer, first.value);
     training_.compile(optimizer, std::move(first), std::move(rest)...);
-    engine_.compiled(optimizer);
+    engine_.compiled(training_.template compiled_optimizer<Optimizer>());
   }
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
@@ -536,8 +536,7 @@ class model {
   // compile() was given a schedule; a checkpoint keeps the new rate.
   void set_learning_rate(double rate) {
     training_.require_compiled("set_learning_rate");
-    training_.optimizer->set_learning_rate(rate);
-    engine_.learning_rate_changed(*training_.optimizer);
+    training_.optimizer->set_learning_rate(rate);  // the one copy: every engine reads it
   }
   // Whether this process prints and writes files: always, except on the
   // non-zero ranks of a multi_worker job.

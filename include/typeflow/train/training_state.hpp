@@ -190,6 +190,14 @@ class training_state {
     after_compile();
   }
 
+  // The optimizer compile() was given, as compile() keeps it: the one copy
+  // that both the update and set_learning_rate act on (an engine that runs
+  // the update elsewhere, as the GPU's, reads it from here).
+  template <class Optimizer>
+  const Optimizer& compiled_optimizer() const {
+    return static_cast<const detail::optimizer_holder<Optimizer>&>(*optimizer).optimizer;
+  }
+
   template <std::size_t J>
   static constexpr fixed_string<io::outputs[J].name.size() + 1> output_name = [] {
     char text[io::outputs[J].name.size() + 1]{};

@@ -1,10 +1,12 @@
-// The optimizer a CUDA model was compiled with, behind a small virtual
-// interface (as compile() keeps the CPU one): the update plan and the
-// step state on the device, and the three calls a training step records
-// into its graph (optimizer.hpp): gradient statistics, the multi-tensor
-// update, and finish_step. Before each launch the host writes the step's
-// learning-rate constants (step table) into device memory. With use_ema the
-// step ends with the moving average (optimizer.hpp's moving_average_update).
+// The optimizer a CUDA model was compiled with, on one device: the update
+// plan and the step state in device memory, and the three calls a training
+// step records into its graph (optimizer.hpp): gradient statistics, the
+// multi-tensor update, and finish_step. Before each launch the host writes
+// the step's learning-rate constants (step table) into device memory, from
+// the optimizer compile() keeps (training_state's, referred to here, never
+// copied: model::set_learning_rate changes the one both devices read). With
+// use_ema the step ends with the moving average (optimizer.hpp's
+// moving_average_update).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,16 +38,15 @@ class device_optimizer_base {
   // Host side, before launching the step whose update number is `iteration`:
   // enqueues the write of its constants on `stream` (outside any capture).
   virtual void prepare(std::int64_t iteration, cudaStream_t stream) = 0;
-  // model::set_learning_rate: the next prepare() computes with this constant rate.
-  virtual void set_learning_rate(double rate) = 0;
   // Recorded into the step: statistics over the gradients, the update of
   // the weights and slots in `arena`, and the step state's advance.
   virtual void record_update(std::byte* arena, std::size_t gradients_offset,
                              const std::array<std::size_t, 8>& slot_offsets, cudaStream_t stream) = 0;
 };
 
-// Optimizer: a rule optimizer; Accumulate: K of accumulate<K>(optimizer)
-// (the accumulator is the slot after the rule's), 0 for none.
+// Optimizer: a rule optimizer, which must outlive this (training_state's);
+// Accumulate: K of accumulate<K>(optimizer) (the accumulator is the slot
+// after the rule's), 0 for none.
 template <class Optimizer, int Accumulate = 0>
 class device_optimizer final : public device_optimizer_base {
   using rule = optimizers::rule_of<Optimizer>;
@@ -88,10 +89,6 @@ class device_optimizer final : public device_optimizer_base {
                      stream);
   }
 
-  void set_learning_rate(double rate) override {
-    optimizers::set_constant_learning_rate(optimizer_, Optimizer::name, rate);
-  }
-
   void record_update(std::byte* arena, std::size_t gradients_offset, const std::array<std::size_t, 8>& slot_offsets,
                      cudaStream_t stream) override {
     float* weights = reinterpret_cast<float*>(arena);
@@ -130,7 +127,7 @@ class device_optimizer final : public device_optimizer_base {
     return reinterpret_cast<float*>(arena + slot_offsets[static_cast<std::size_t>(s)]);
   }
 
-  Optimizer optimizer_;
+  const Optimizer& optimizer_;
   device_update_plan plan_;
   device_buffer workspace_, statistics_, mean_statistics_, tensor_norms_, state_, table_;
   optimizers::clip_options clip_;
