@@ -349,14 +349,35 @@ TEST_CASE("finish_step moves precision::loss_scale's state and counts updates as
     }
   }
   CHECK_THROWS_AS(od::make_step_state(tf::precision::dynamic_loss_scale{0.f}), std::invalid_argument);
-  // float32: no loss scaling, a non-finite step is applied (no skip on the CPU either).
+  // float32: no loss scaling. A step whose gradients are not all updatable
+  // is not applied either (the CPU's NaN policy stops before its update),
+  // and last_finite tells the engine to stop training; no scale moves.
   od::step_state s = od::make_step_state();
-  CHECK(od::update_applies(s, false));
-  od::finish_step(s, false, true);
-  CHECK(s.iterations == 1);
+  CHECK(!od::update_applies(s, false));
+  od::finish_step(s, false, od::update_applies(s, false));
+  CHECK(s.iterations == 0);
+  CHECK(s.last_finite == 0);
   CHECK(s.skipped == 0);
   CHECK(s.loss_scale == 1.f);
   CHECK(s.inverse_loss_scale == 1.f);
+  CHECK(od::update_applies(s, true));
+  od::finish_step(s, true, true);
+  CHECK(s.iterations == 1);
+  CHECK(s.last_finite == 1);
+}
+
+TEST_CASE("the device's NaN-policy test is the CPU's optimizers::updatable, value for value") {
+  const float two_60 = 1152921504606846976.f;
+  const float values[] = {0.f, -0.f, 1e-45f, 1.f, -3.5f, 1e30f, -1e30f, two_60, -two_60,
+                          std::nextafter(two_60, 0.f), std::nextafter(two_60, 3e38f), -std::nextafter(two_60, 3e38f),
+                          3.4e38f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+  for (float v : values) {
+    CAPTURE(v);
+    CHECK(od::updatable_bits(v) == opt::updatable(v));
+  }
+  CHECK(od::updatable_bits(two_60));
+  CHECK(!od::updatable_bits(std::nextafter(two_60, 3e38f)));
 }
 
 TEST_CASE("a step table holds each possible update number's values, as the optimizer computes them") {

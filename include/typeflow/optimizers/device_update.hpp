@@ -118,6 +118,13 @@ struct gradient_statistics {
 TYPEFLOW_HOST_DEVICE bool is_finite_bits(float x) {
   return (std::bit_cast<std::uint32_t>(x) & 0x7f800000u) != 0x7f800000u;
 }
+// The NaN policy's test, optimizers::updatable's on the CPU: finite and at
+// most 2^60 in magnitude (NaN and infinity have larger magnitude bits).
+inline constexpr std::uint32_t largest_gradient_bits = 0x5D800000u;  // 2^60
+static_assert(std::bit_cast<std::uint32_t>(largest_gradient) == largest_gradient_bits);
+TYPEFLOW_HOST_DEVICE bool updatable_bits(float x) {
+  return (std::bit_cast<std::uint32_t>(x) & 0x7fffffffu) <= largest_gradient_bits;
+}
 
 // ---------------------------------------------------------------------------
 // The per-step values: the rule and the decay factor (step_values).
@@ -175,6 +182,10 @@ struct step_state : precision::loss_scale_state {
   std::int64_t steps = 0;          // steps finished, applied or not
   float inverse_loss_scale = 1.f;  // 1 / loss_scale: what gradient_statistics multiplies by
   std::int32_t last_applied = 1;
+  // Whether the last step's gradients were all updatable (updatable_bits).
+  // A step that was not applies no update under every policy: loss scaling
+  // skips it, and otherwise the engine stops training (the NaN policy).
+  std::int32_t last_finite = 1;
   std::int32_t table_missed = 0;  // a step found no step_table entry for its update number (a host bug)
   // accumulate<K> (optimizers/accumulate.hpp): K (0: no accumulation), the
   // micro-batches added since the last update, whether this step's update
@@ -192,12 +203,12 @@ struct step_state : precision::loss_scale_state {
 inline constexpr std::int32_t accumulate_add = 1, accumulate_first = 2, accumulate_average = 4;
 
 // accumulate<K>'s decision for one step, before the accumulation pass: the
-// CPU's accumulate_and_update as a state machine. Under loss scaling a
-// step whose gradients are not finite adds nothing (the CPU skips the
-// optimizer then), and completes no update.
+// CPU's accumulate_and_update as a state machine. A step whose gradients
+// are not all updatable adds nothing (the CPU's accumulator refuses them
+// too, under every policy), and completes no update.
 TYPEFLOW_HOST_DEVICE void begin_accumulation(step_state& s, bool all_finite) {
   if (s.micro_batches_per_update <= 0) return;
-  if (s.skip_non_finite && !all_finite) {
+  if (!all_finite) {
     s.accumulate_mode = 0;
     s.accumulation_complete = 0;
     return;
@@ -230,7 +241,7 @@ inline step_state make_step_state(precision::fixed_loss_scale o) { return with_l
 
 // Whether apply_update changes anything this step.
 TYPEFLOW_HOST_DEVICE bool update_applies(const step_state& s, bool all_finite) {
-  return s.accumulation_complete != 0 && s.applies(all_finite);
+  return s.accumulation_complete != 0 && all_finite;
 }
 
 // After the update: loss_scale_state::after_step, and ++iterations when
@@ -238,6 +249,7 @@ TYPEFLOW_HOST_DEVICE bool update_applies(const step_state& s, bool all_finite) {
 // changed).
 TYPEFLOW_HOST_DEVICE void finish_step(step_state& s, bool all_finite, bool applied) {
   ++s.steps;
+  s.last_finite = all_finite;
   s.after_step(all_finite);
   if (s.skip_non_finite) s.inverse_loss_scale = 1.f / s.loss_scale;
   s.last_applied = applied;

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +60,7 @@
 #include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
 #include "typeflow/train/label_check.hpp"
+#include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/regularization.hpp"
@@ -606,6 +608,15 @@ class engine<Net, Policy, Strategy, cuda> {
       loss += penalty;
     }
     const step_state& mirror = *replicas_[0]->state_mirror();
+    // The NaN policy (train/non_finite.hpp), as on the CPU: without loss
+    // scaling a step whose gradients are not all updatable (NaN, infinity,
+    // above 2^60) was refused on the device, so the weights are the last
+    // good step's, and training stops naming the tensor. A non-finite loss
+    // with updatable gradients stops it too, after that step's update.
+    if (!mirror.skip_non_finite) {
+      if (!std::isfinite(loss)) throw non_finite_loss(loss);
+      if (!mirror.last_finite) throw non_finite_gradient<Net>(gradients().data());
+    }
     training_.iterations = mirror.iterations;  // a skipped step (loss scaling) did not count
     // accumulate<K>: the host's optimizer tells a checkpoint how many micro-batches the device holds.
     if (mirror.micro_batches_per_update > 0) training_.optimizer->restore_pending_micro_batches(mirror.micro_batches);

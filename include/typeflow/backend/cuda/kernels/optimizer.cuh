@@ -45,8 +45,8 @@ __device__ __forceinline__ void block_reduce(double& sum, int& bad, double* shar
 }
 
 __device__ __forceinline__ void accumulate(float& g, float inverse, bool rescale, double& sum, int& bad) {
-  bad |= !optimizer_device::is_finite_bits(g);
   if (rescale) g *= inverse;
+  bad |= !optimizer_device::updatable_bits(g);  // the NaN policy's bound, after unscaling
   sum += static_cast<double>(g) * static_cast<double>(g);
 }
 
