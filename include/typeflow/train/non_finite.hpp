@@ -8,6 +8,9 @@
 // The engine throws non_finite_error naming the tensor; fit adds the epoch,
 // the batch in it and the update number, or, with a
 // callbacks::terminate_on_nan among its callbacks, ends the run cleanly.
+// On tf::cuda the device refuses the update itself (optimizers::device::
+// updatable_bits in its gradient statistics) and the engine reads that back
+// (train/cuda_engine.hpp); the loss is checked after the step there.
 #pragma once
 
 #include <cmath>
