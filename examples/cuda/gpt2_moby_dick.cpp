@@ -19,12 +19,11 @@
 //
 // Built wherever CMake finds CUDA (examples/CMakeLists.txt); it needs a GPU
 // to run, and compiles with the host compiler like any program on tf::cuda.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -44,14 +43,6 @@ using network = tf::sequential<tf::typed_input<tf::int32, context>, tf::embeddin
                                tf::tied_logits>;
 using model_type = tf::model<network, tf::mixed_bfloat16, tf::single_device, tf::cuda, tf::device_budget<140_GiB>>;
 
-static std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path + " (scripts/setup.sh fetches Moby-Dick into data/)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int main(int argc, char** argv) try {
   std::vector<std::string> arguments;
   std::string save_path;
@@ -69,7 +60,8 @@ int main(int argc, char** argv) try {
   if (epochs < 1 || steps_per_epoch < 1) throw std::invalid_argument("epochs and steps_per_epoch must be positive");
 
   const auto tokenizer = tf::text::gpt2_tokenizer::load("data/gpt2");
-  std::vector<std::int32_t> ids = tokenizer.encode(read_text(path));
+  const auto bytes = tf::data::read_file_bytes(path);  // names the file when it cannot
+  std::vector<std::int32_t> ids = tokenizer.encode(std::string(bytes.begin(), bytes.end()));
   const std::size_t split = ids.size() * 9 / 10;
   std::vector<std::int32_t> train_ids(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(split));
   std::vector<std::int32_t> val_ids(ids.begin() + static_cast<std::ptrdiff_t>(split), ids.end());

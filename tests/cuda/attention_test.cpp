@@ -17,7 +17,9 @@
 #include "typeflow/backend/cuda/attention.hpp"
 #include "typeflow/core/attention_rows.hpp"
 
+#include "../support/relative_gap.hpp"
 #include "../support/tiny_gpt.hpp"
+#include "compare_losses.hpp"
 #include "device_vectors.hpp"
 
 namespace {
@@ -29,15 +31,7 @@ namespace ar = typeflow::attention_rows;
 using cuda_test::from_device;
 using cuda_test::to_device;
 
-double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double gap = 0, size = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    gap = std::max(gap, std::fabs(double{a[i]} - b[i]));
-    size = std::max(size, std::fabs(double{b[i]}));
-  }
-  return size > 0 ? gap / size : gap;
-}
+using tf::testing::relative_gap;
 
 // The kernels' threads on the host: y and statistics forward, d_qkv backward.
 template <class Value, int Capacity>
@@ -165,14 +159,8 @@ std::vector<double> gpt_losses() {
 
 template <class Net, class Policy>
 void compare_gpt(double tolerance) {
-  const auto cpu = gpt_losses<Net, Policy, tf::cpu>();
   const auto gpu = gpt_losses<Net, Policy, tf::cuda>();
-  REQUIRE(gpu.size() == cpu.size());
-  for (std::size_t s = 0; s < cpu.size(); ++s) {
-    INFO("step " << s + 1 << ": gpu " << gpu[s] << ", cpu " << cpu[s]);
-    CHECK(gpu[s] == doctest::Approx(cpu[s]).epsilon(tolerance));
-  }
-  CHECK(gpu.back() < 0.8 * gpu.front());  // it learns
+  cuda_test::check_losses_agree(gpu, gpt_losses<Net, Policy, tf::cpu>(), tolerance, gpu.size() - 1);
 }
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include "typeflow/layers/dropout_mask.hpp"
 
 #include "../support/layer_harness.hpp"
+#include "../support/relative_gap.hpp"
 #include "../support/bound_layer.hpp"
 
 namespace tf = typeflow;
@@ -147,16 +148,7 @@ gpu_result replay_gpu(H& h, bool dropping, std::uint64_t step) {
   return g;
 }
 
-// max |a - b| over max |b|: 0 when equal.
-double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double gap = 0, size = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    gap = std::max(gap, std::abs(double{a[i]} - b[i]));
-    size = std::max(size, std::abs(double{b[i]}));
-  }
-  return size > 0 ? gap / size : gap;
-}
+using tf::testing::relative_gap;
 
 template <class H, std::size_t I>
 std::vector<float> gradient_of(const H& h) {
@@ -206,4 +198,76 @@ TEST_CASE("attention on the GPU, replayed: bfloat16 rounds where the CPU layer r
   // (seen: 2.7e-3, 2026-12-06); float32 within 6.3e-7.
   compare<attention<13, 16, 2, tf::bfloat16>, 2, tf::bf16>(false, 8e-3);
   compare<attention<17, 48, 3, tf::bfloat16, tf::attention_dropout<0.2f>>, 2, tf::bf16>(true, 8e-3);
+}
+
+namespace {
+
+template <int Length, int D, int Heads, class Compute>
+using decoding_attention = tf::testing::bound_layer<
+    tf::causal_self_attention<Heads>, tf::shape<1, D>,
+    tf::layer_context<1, tf::layer_norm, tf::dense<D>, Length, void, false, tf::layer_precision<Compute>>>;
+
+// attention_decode_executor's forward for one fed position, replayed:
+// qkv's rows, the caches (per sample keys then values, Length x D each),
+// decode_rows's threads (one per sample and head), the projection.
+template <class Layer, int Batch, class Value, class H>
+std::vector<float> replay_decode(H& h, std::vector<float>& caches, int position) {
+  constexpr int D = Layer::width, heads = Layer::heads, hd = Layer::head_width, length = Layer::decode_length;
+  constexpr int capacity = ar::capacity_for(hd);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double{hd}));
+  auto param = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+    std::vector<float> p(H::template size_of<I>);
+    for (std::size_t e = 0; e < p.size(); ++e) p[e] = ar::rounded<Value>(h.template param<I>(e));
+    return p;
+  };
+  const auto w_qkv = param(std::integral_constant<std::size_t, 0>{});
+  const auto b_qkv = param(std::integral_constant<std::size_t, 1>{});
+  const auto w_proj = param(std::integral_constant<std::size_t, 2>{});
+  const auto b_proj = param(std::integral_constant<std::size_t, 3>{});
+  const auto x = rounded<Value>(h.in);
+  auto matrix = [](const std::vector<float>& v, int cols) {
+    return [&v, cols](int i, int j) { return v[static_cast<std::size_t>(i) * cols + j]; };
+  };
+  const auto qkv = rounded<Value>(product(Batch, 3 * D, D, matrix(x, D), matrix(w_qkv, 3 * D), b_qkv.data()));
+  const std::size_t cache = static_cast<std::size_t>(length) * D;
+  for (int b = 0; b < Batch; ++b)
+    for (int part = 1; part <= 2; ++part)
+      for (int i = 0; i < D; ++i)
+        caches[b * 2 * cache + (part - 1) * cache + static_cast<std::size_t>(position) * D + i] =
+            qkv[static_cast<std::size_t>(b) * 3 * D + part * D + i];
+  std::vector<float> y(static_cast<std::size_t>(Batch) * D);
+  for (int r = 0; r < Batch * heads; ++r) {  // decode_rows
+    const int b = r / heads, hh = r % heads;
+    const float* keys = caches.data() + b * 2 * cache + hh * hd;
+    float q[capacity];
+    ar::load(q, qkv.data() + static_cast<std::size_t>(b) * 3 * D + hh * hd, hd);
+    const ar::statistics st = ar::row_statistics(q, keys, D, position, hd, scale);
+    ar::row_output<Value>(q, keys, keys + cache, D, position, hd, scale, st, ar::keep_all{},
+                          y.data() + static_cast<std::size_t>(b) * D + hh * hd);
+  }
+  y = rounded<Value>(y);
+  return rounded<Value>(product(Batch, D, D, matrix(y, D), matrix(w_proj, D), b_proj.data()));
+}
+
+template <class Layer, int Batch, class Value>
+void compare_decode(double tolerance) {
+  tf::testing::harness<Layer, Batch> h;
+  h.fill_randomly(3);
+  h.run.training = false;
+  std::vector<float> caches(static_cast<std::size_t>(Batch) * 2 * Layer::decode_length * Layer::width, 0.f);
+  for (int t = 0; t < Layer::decode_length; ++t) {
+    CAPTURE(t);
+    for (std::size_t i = 0; i < h.in.size(); ++i) h.in[i] = tf::testing::wobble(i, 50 + t);
+    h.run.position = t;
+    h.executor.forward();
+    CHECK(relative_gap(replay_decode<Layer, Batch, Value>(h, caches, t), h.out) <= tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention decoding on the GPU, replayed: each position's output is the CPU decoder's") {
+  compare_decode<decoding_attention<11, 24, 3, tf::float32>, 2, float>(2e-6);
+  compare_decode<decoding_attention<7, 80, 2, tf::float32>, 1, float>(2e-6);
+  compare_decode<decoding_attention<9, 48, 3, tf::bfloat16>, 2, tf::bf16>(8e-3);
 }

@@ -19,6 +19,7 @@
 
 #include "../support/bound_layer.hpp"
 #include "../support/layer_harness.hpp"
+#include "../support/relative_gap.hpp"
 
 namespace tf = typeflow;
 namespace cw = typeflow::conv_windows;
@@ -46,15 +47,7 @@ struct results {
   std::vector<float> out, d_x, d_kernel, d_bias;
 };
 
-double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double gap = 0, size = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    gap = std::max(gap, std::abs(double{a[i]} - b[i]));
-    size = std::max(size, std::abs(double{b[i]}));
-  }
-  return size > 0 ? gap / size : gap;
-}
+using tf::testing::relative_gap;
 
 // The CPU layer's results, the parameters' gradients in their logical layout.
 template <class H>

@@ -57,6 +57,7 @@
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/engine.hpp"
+#include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
 #include "typeflow/train/label_check.hpp"
@@ -79,6 +80,8 @@ class engine<Net, Policy, Strategy, cuda> {
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
   using program_type = step_program<Net, N, cuda>;
+  // model::generate's: the network bound for one position of one sample.
+  using decoder_type = step_program<typename Net::decoder, 1, cuda>;
   static constexpr std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
   using step_state = optimizers::device::step_state;
   static constexpr bool loss_scaling = Policy::loss_scaling;
@@ -196,10 +199,15 @@ class engine<Net, Policy, Strategy, cuda> {
     return predict_loop<Net>(data, inference_pass<Data::element_type::size>(*this));
   }
 
-  template <class Prompt>
-  std::vector<std::int32_t> generate(Prompt, int, generate_options) {
-    static_assert(sizeof(Prompt) == 0, "generate on tf::cuda: decoding with key/value caches is not on the GPU yet");
-    return {};
+  // model::generate on replica 0's device: the decoder's programs keeps its
+  // key/value caches there, and each fed token brings back its Vocab logits,
+  // from which the host samples (train/generation.hpp), as on the CPU.
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {
+    replica& r = *replicas_[0];
+    decoder_type& program = r.decoder_for(*this);
+    backend::cuda::device_guard on(r.device);
+    decoder_view view{program, r};
+    return generate_tokens<Net::input_shape_type::template dim<0>, classes>(view, r.run, prompt, n, options);
   }
 
   // The host copy of the parameter region, brought up to date first.
@@ -416,6 +424,33 @@ class engine<Net, Policy, Strategy, cuda> {
       return program.template get<program_type<N>>();
     }
 
+    // The decoder, in the arena after the weights, gradients and slots as a
+    // training program would be (it replaces the one held), once.
+    template <class Model>
+    decoder_type& decoder_for(Model& m) {
+      constexpr int marker = -1;
+      if (!program.template find<decoder_type>(marker)) {
+        backend::cuda::device_guard on(device);
+        using plan = memory_plan<typename Net::decoder, 1, 0>;
+        const std::size_t step_base = m.step_base();
+        const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
+        if (arena.size() < total) {
+          backend::cuda::device_buffer grown(total);
+          TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, total, compute.get()));
+          if (arena.size())
+            TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena.data(), std::min(step_base, arena.size()),
+                                                cudaMemcpyDeviceToDevice, compute.get()));
+          compute.synchronize();
+          arena = std::move(grown);
+        }
+        forget_program();
+        m.replication_.forget();  // the gradient regions may have moved
+        program.template emplace<decoder_type>(marker, arena.data(), step_base, context, run);
+      }
+      if (!m.device_has_weights_) m.upload_weights();
+      return program.template get<decoder_type>();
+    }
+
     // Copies one batch (or shard) into pinned memory and queues its upload.
     void stage(const void* features, const void* labels, int parity) {
       auto& s = staging[static_cast<std::size_t>(parity)];
@@ -443,6 +478,27 @@ class engine<Net, Policy, Strategy, cuda> {
     }
   };
 
+
+  // generate_tokens' view of the decoder on the device: input() is a token
+  // on the host; forward() uploads it, runs the decoder and brings the
+  // logits back (output()), waiting for them.
+  struct decoder_view {
+    decoder_type& program;
+    replica& r;
+    std::int32_t token = 0;
+    std::vector<float> logits = std::vector<float>(classes);
+
+    std::int32_t* input() { return &token; }
+    void forward() {
+      const cudaStream_t s = r.compute.get();
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), &token, sizeof token, cudaMemcpyHostToDevice, s));
+      program.forward();
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(logits.data(), program.output(), logits.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
+      r.compute.synchronize();
+    }
+    const float* output() const { return logits.data(); }
+  };
 
   // Every replica's program for the shard size, and the strategy's
   // all-reduce over their gradient regions.

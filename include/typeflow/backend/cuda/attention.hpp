@@ -10,6 +10,9 @@
 //   attention_forward   y, and `statistics` (batch x heads x steps x 2 floats)
 //   attention_backward  d_qkv (rows, 3D) from d_y, with `delta` (batch x
 //                       heads x steps floats) as scratch
+//   attention_decode    one position per sample (model::generate): its k and
+//                       v into the caches, then y over positions 0..position,
+//                       a thread per (sample, head)
 //
 // Values are float32, rounded to `rounding`'s dtype where the CPU layer
 // rounds (core/attention_rows.hpp). With `dropout.rate` > 0 the attention
@@ -49,5 +52,11 @@ void attention_forward(const float* qkv, float* y, float* statistics, const atte
 void attention_backward(const float* qkv, const float* d_y, const float* statistics, float* delta, float* d_qkv,
                         const attention_shape& shape, const attention_dropout& dropout, attention_rounding rounding,
                         cudaStream_t stream);
+
+// qkv: (batch, 3D), the fed position's rows; caches: per sample a key cache
+// then a value cache, (shape.steps, D) each (the CPU layer's layout);
+// y: (batch, D). shape.steps is the caches' length, position < steps.
+void attention_decode(const float* qkv, float* caches, float* y, const attention_shape& shape, int position,
+                      attention_rounding rounding, cudaStream_t stream);
 
 }  // namespace typeflow::backend::cuda

@@ -234,21 +234,122 @@ class attention_executor {
   lora_adapter qkv_adapter_, proj_adapter_;  // with lora<> only
 };
 
+// The decoder's attention (model::generate; Layer::decoding): one position
+// per sample and call, at run_state::position. The projections as in
+// training, on Batch rows; between them attention_decode writes the
+// position's k and v into the caches, which the workspace keeps from call
+// to call (the CPU layer's layout: per sample (decode_length, D) keys, then
+// values), and attends over positions 0..position. Nothing backward.
+template <class Layer, int Batch>
+class attention_decode_executor {
+  using params = typename Layer::params;
+  using compute_value = typename Layer::compute_dtype::value_type;
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
+                                                      : std::is_same_v<compute_value, typeflow::bf16>
+                                                          ? gemm_precision::bfloat16
+                                                          : gemm_precision::float16;
+  static constexpr attention_rounding rounding = !low_precision ? attention_rounding::none
+                                                 : std::is_same_v<compute_value, typeflow::bf16>
+                                                     ? attention_rounding::bfloat16
+                                                     : attention_rounding::float16;
+  static constexpr int D = Layer::width, H = Layer::heads, hd = Layer::head_width;
+  static constexpr int length = Layer::decode_length;
+  static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
+  static constexpr int proj_stride = static_cast<int>(std::tuple_element_t<2, typename params::tuple>::row_stride);
+  static constexpr std::size_t qkv_kernel_floats = std::tuple_element_t<0, typename params::tuple>::stored_floats;
+  static constexpr std::size_t proj_kernel_floats = std::tuple_element_t<2, typename params::tuple>::stored_floats;
+  static constexpr std::size_t rows_d = static_cast<std::size_t>(Batch) * D;
+  static_assert(2 * static_cast<std::size_t>(Batch) * length * D * sizeof(float) <=
+                    Batch * Layer::workspace_bytes_per_sample + Layer::workspace_bytes_per_step,
+                "causal_self_attention on tf::cuda: the key and value caches exceed the layer's workspace");
+
+  // Scratch: qkv (Batch, 3D) | y (Batch, D) | [16 bits: x | y | qkv.kernel | proj.kernel | a bias].
+  static constexpr std::size_t y_at = scratch_align(3 * rows_d * sizeof(float));
+  static constexpr std::size_t sixteen_at = y_at + scratch_align(rows_d * sizeof(float));
+  static constexpr std::size_t half_rows = scratch_align(rows_d * sizeof(compute_value));
+  static constexpr std::size_t x16_at = sixteen_at, y16_at = x16_at + half_rows;
+  static constexpr std::size_t qkv_kernel16_at = y16_at + half_rows;
+  static constexpr std::size_t proj_kernel16_at =
+      qkv_kernel16_at + scratch_align(qkv_kernel_floats * sizeof(compute_value));
+  static constexpr std::size_t bias_at = proj_kernel16_at + scratch_align(proj_kernel_floats * sizeof(compute_value));
+  static constexpr std::size_t scratch_used =
+      low_precision ? bias_at + scratch_align(3 * static_cast<std::size_t>(D) * sizeof(float)) : sixteen_at;
+
+ public:
+  explicit attention_decode_executor(const layer_io<typeflow::cuda>& io)
+      : io_(io),
+        qkv_forward_(io.context->lt, {Batch, 3 * D, D, false, false, 0, qkv_stride}, product_precision,
+                     gemm_epilogue::bias, false, false, io.context->gemm_workspace_bytes),
+        proj_forward_(io.context->lt, {Batch, D, D, false, false, 0, proj_stride}, product_precision,
+                      gemm_epilogue::bias, false, false, io.context->gemm_workspace_bytes) {}
+
+  std::size_t scratchpad_bytes() const { return scratch_used; }
+  void bind(std::byte* scratchpad) { scratch_ = scratchpad; }
+
+  void forward() {
+    const cudaStream_t s = io_.context->stream;
+    void* ws = io_.context->gemm_workspace;
+    float* qkv = reinterpret_cast<float*>(scratch_);
+    float* y = reinterpret_cast<float*>(scratch_ + y_at);
+    if constexpr (!low_precision) {
+      qkv_forward_.run(io_.in, param<0>(), qkv, param<1>(), nullptr, ws, s);
+    } else {
+      map(param<1>(), bias(), 3 * D, round_fn<compute_value>{}, s);
+      qkv_forward_.run(sixteen(io_.in, x16_at, rows_d, s), sixteen(param<0>(), qkv_kernel16_at, qkv_kernel_floats, s),
+                       qkv, bias(), nullptr, ws, s);
+      map(qkv, qkv, 3 * rows_d, round_fn<compute_value>{}, s);
+    }
+    const attention_shape shape{Batch, length, H, hd, static_cast<float>(1.0 / std::sqrt(double{hd}))};
+    attention_decode(qkv, reinterpret_cast<float*>(io_.workspace), y, shape, io_.run ? io_.run->position : 0,
+                     rounding, s);
+    if constexpr (!low_precision) {
+      proj_forward_.run(y, param<2>(), io_.out, param<3>(), nullptr, ws, s);
+    } else {
+      map(y, y, rows_d, round_fn<compute_value>{}, s);
+      map(param<3>(), bias(), D, round_fn<compute_value>{}, s);
+      proj_forward_.run(sixteen(y, y16_at, rows_d, s), sixteen(param<2>(), proj_kernel16_at, proj_kernel_floats, s),
+                        io_.out, bias(), nullptr, ws, s);
+      map(io_.out, io_.out, rows_d, round_fn<compute_value>{}, s);
+    }
+  }
+  void backward() {}  // a decoder is never trained
+
+ private:
+  template <std::size_t I>
+  float* param() const {
+    return param_data<params, I>(io_);
+  }
+  float* bias() const { return reinterpret_cast<float*>(scratch_ + bias_at); }
+  const void* sixteen(const float* from, std::size_t at, std::size_t n, cudaStream_t s) const {
+    auto* to = reinterpret_cast<compute_value*>(scratch_ + at);
+    to_16bit(from, to, n, s);
+    return to;
+  }
+
+  layer_io<typeflow::cuda> io_;
+  std::byte* scratch_ = nullptr;  // the step program's scratchpad
+  matmul qkv_forward_, proj_forward_;
+};
+
 }  // namespace backend::cuda
 
 template <int Heads, class... Options, class Layer, int Batch>
 class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cuda>
-    : public backend::cuda::attention_executor<Layer, Batch> {
+    : public std::conditional_t<Layer::decoding, backend::cuda::attention_decode_executor<Layer, Batch>,
+                                backend::cuda::attention_executor<Layer, Batch>> {
+  using base = std::conditional_t<Layer::decoding, backend::cuda::attention_decode_executor<Layer, Batch>,
+                                  backend::cuda::attention_executor<Layer, Batch>>;
   static_assert(executor_check<layer_spec<causal_self_attention<Heads, Options...>>, on_device<cuda>,
-                               !Layer::decoding>::passed,
-                "causal_self_attention: decoding with a key/value cache (model::generate) runs on the CPU only "
-                "for now");
+                               !(Layer::decoding && Layer::with_lora)>::passed,
+                "causal_self_attention<Heads, lora<...>>: decoding (model::generate) with adapters runs on the CPU "
+                "only for now (merge_lora gives the plain model, which decodes on the GPU)");
   static_assert(executor_check<layer_spec<causal_self_attention<Heads, Options...>>, on_device<cuda>,
                                (Layer::head_width <= backend::cuda::attention_max_head_width)>::passed,
                 "causal_self_attention on tf::cuda: the head width D / Heads must be at most 128");
 
  public:
-  using backend::cuda::attention_executor<Layer, Batch>::attention_executor;
+  using base::base;
 };
 
 }  // namespace typeflow

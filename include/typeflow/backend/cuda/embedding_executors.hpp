@@ -56,20 +56,28 @@ class embedding_executor {
 };
 
 // positional_embedding: each row plus its position's; backward writes the
-// table's gradient, the batch summed per position (d_in is d_out).
+// table's gradient, the batch summed per position (d_in is d_out). In the
+// decoder (model::generate) the one row takes run_state::position's, which
+// the host reads when it enqueues the call (a decoder is not captured).
 template <class Layer, int Batch>
 class positional_embedding_executor : public executor_defaults {
   using table = typename Layer::table;
-  static_assert(!Layer::decoding, "positional_embedding on tf::cuda: decoding (generate) is not on the GPU yet");
 
  public:
   explicit positional_embedding_executor(const layer_io<typeflow::cuda>& io) : io_(io) {}
 
   void forward() {
-    positional_embedding_forward(io_.in, io_.params, table::row_stride, io_.out, Batch, Layer::length, Layer::dim,
-                                 io_.context->stream);
+    if constexpr (Layer::decoding) {
+      const std::size_t position = io_.run ? static_cast<std::size_t>(io_.run->position) : 0;
+      positional_embedding_forward(io_.in, io_.params + position * table::row_stride, table::row_stride, io_.out,
+                                   Batch, 1, Layer::dim, io_.context->stream);
+    } else {
+      positional_embedding_forward(io_.in, io_.params, table::row_stride, io_.out, Batch, Layer::length, Layer::dim,
+                                   io_.context->stream);
+    }
   }
   void backward() {
+    if constexpr (Layer::decoding) return;  // a decoder is never trained
     const cudaStream_t s = io_.context->stream;
     TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(io_.grads, 0, table::stored_floats * sizeof(float), s));  // unused positions
     positional_embedding_backward(io_.d_out, io_.grads, table::row_stride, Batch, Layer::length, Layer::dim, s);

@@ -1,19 +1,11 @@
 // A LoRA adapter's products on the GPU (layers/lora.hpp), for any layer
-// whose product y = x · W it adapts (dense, attention's qkv and proj), as
-// backend/cpu/lora.hpp computes them on the CPU:
-//
-//   forward    t   (rows, r)   = s · x (rows, in) · A (in, r)
-//              y   (rows, out) += t · B (r, out)
-//   backward   dB  (r, out)    = tᵀ · d_y
-//              u   (rows, r)   = s · d_y · Bᵀ
-//              dA  (in, r)     = xᵀ · u
-//              d_x (rows, in)  += u · Aᵀ          (when a gradient is wanted)
-//
-// with s = Alpha / Rank. Five or six cuBLASLt products in float32 (the
-// adapter adds in float32 under every policy), chosen once; s is applied by
-// a pass over the thin (rows, r) t and u. t is kept from forward to backward
-// in the layer's workspace, u beside it. Everything is enqueued on the
-// context's stream.
+// whose product y = x · W it adapts (dense, attention's qkv and proj): the
+// six products of backend/cpu/lora.hpp (the formulas are there: t = s x A
+// and y += t B forward; dB, u = s d_y Bᵀ, dA and d_x += u Aᵀ backward), as
+// cuBLASLt products in float32 (the adapter adds in float32 under every
+// policy), chosen once; s is applied by a pass over the thin (rows, r) t and
+// u. t is kept from forward to backward in the layer's workspace, u beside
+// it. Everything is enqueued on the context's stream.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -118,6 +118,23 @@ __global__ void __launch_bounds__(threads)
   });
 }
 
+// Decoding: thread (b, h) attends from sample b's fed query over its
+// cached keys and values 0..position (rows D apart).
+template <class Value, int Capacity>
+__global__ void __launch_bounds__(threads)
+    decode_rows(const float* qkv, const float* caches, float* y, attention_shape s, int position) {
+  const int r = static_cast<int>(blockIdx.x) * threads + static_cast<int>(threadIdx.x);
+  if (r >= s.batch * s.heads) return;
+  const int b = r / s.heads, h = r % s.heads, D = s.heads * s.head_width;
+  const std::size_t cache = static_cast<std::size_t>(s.steps) * D;
+  const float* keys = caches + static_cast<std::size_t>(b) * 2 * cache + static_cast<std::size_t>(h) * s.head_width;
+  float q[Capacity];
+  ar::load(q, qkv + static_cast<std::size_t>(b) * 3 * D + static_cast<std::size_t>(h) * s.head_width, s.head_width);
+  const ar::statistics st = ar::row_statistics(q, keys, D, position, s.head_width, s.scale);
+  ar::row_output<Value>(q, keys, keys + cache, D, position, s.head_width, s.scale, st, ar::keep_all{},
+                        y + static_cast<std::size_t>(b) * D + static_cast<std::size_t>(h) * s.head_width);
+}
+
 inline void check(const attention_shape& s, const attention_dropout& d, const char* what) {
   if (s.batch <= 0 || s.steps <= 0 || s.heads <= 0 || s.head_width <= 0 ||
       s.head_width > attention_max_head_width || !(d.rate >= 0.f && d.rate < 1.f))
@@ -154,6 +171,28 @@ void dispatch(attention_rounding rounding, int width, bool dropping, F&& f) {
 }
 
 }  // namespace attention_detail
+
+void attention_decode(const float* qkv, float* caches, float* y, const attention_shape& shape, int position,
+                      attention_rounding rounding, cudaStream_t stream) {
+  namespace ad = attention_detail;
+  ad::check(shape, {}, "attention_decode");
+  if (position < 0 || position >= shape.steps)
+    throw std::invalid_argument("typeflow: attention_decode: position " + std::to_string(position) +
+                                " outside the caches' " + std::to_string(shape.steps) + " positions");
+  const std::size_t D = static_cast<std::size_t>(shape.heads) * shape.head_width;
+  const std::size_t cache = static_cast<std::size_t>(shape.steps) * D;
+  // Each sample's k and v rows into its caches at `position`.
+  for (int part = 1; part <= 2; ++part)
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy2DAsync(caches + (part - 1) * cache + static_cast<std::size_t>(position) * D,
+                                          2 * cache * sizeof(float), qkv + part * D, 3 * D * sizeof(float),
+                                          D * sizeof(float), static_cast<std::size_t>(shape.batch),
+                                          cudaMemcpyDeviceToDevice, stream));
+  const unsigned blocks = static_cast<unsigned>((shape.batch * shape.heads + ad::threads - 1) / ad::threads);
+  ad::dispatch(rounding, shape.head_width, false, [&]<class Value, int Capacity, bool>() {
+    ad::decode_rows<Value, Capacity><<<blocks, ad::threads, 0, stream>>>(qkv, caches, y, shape, position);
+  });
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
 
 void attention_forward(const float* qkv, float* y, float* statistics, const attention_shape& shape,
                        const attention_dropout& dropout, attention_rounding rounding, cudaStream_t stream) {
