@@ -19,9 +19,7 @@
 //
 // Built twice: char_gpt on the CPU, and, wherever CMake finds CUDA,
 // char_gpt_cuda (TYPEFLOW_EXAMPLE_CUDA) on one GPU under mixed_bfloat16,
-// the same model type on tf::cuda. The GPU run saves its weights and writes
-// its continuation from them on the CPU (decoding is not on the GPU yet):
-// a weights file moves between the devices unchanged.
+// the same model type on tf::cuda, which also decodes there.
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -110,22 +108,6 @@ class save_on_interrupt : public tf::callback {
   bool saved_ = false;
 };
 
-// n ids sampled after the prompt; a model on the GPU hands its weights to
-// the same model type on the CPU, which decodes.
-template <class Model>
-std::vector<std::int32_t> continuation(Model& model, const std::vector<std::int32_t>& prompt, int n) {
-  const tf::generate_options sampling{.temperature = 0.8f, .top_k = 20, .seed = 42};
-  if constexpr (std::is_same_v<device, tf::cpu>) {
-    return model.generate(prompt, n, sampling);
-  } else {
-    const std::string weights = std::string(program) + "_weights.safetensors";
-    model.save_weights(weights);
-    tf::model<gpt, policy> on_cpu{/*seed=*/1337};
-    on_cpu.load_weights(weights);
-    return on_cpu.generate(prompt, n, sampling);
-  }
-}
-
 static std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path + " (scripts/setup.sh fetches Moby-Dick into data/)");
@@ -209,7 +191,8 @@ int main(int argc, char** argv) try {
   std::printf("report: %s\n", report.filename().c_str());
 
   const std::string prompt = "Call me Ishmael. ";
-  const auto generated = continuation(model, tokenizer.encode(prompt), 300);
+  const auto generated =
+      model.generate(tokenizer.encode(prompt), 300, {.temperature = 0.8f, .top_k = 20, .seed = 42});
   std::printf("\n--- 300 characters after \"%s\" ---\n%s%s\n", prompt.c_str(), prompt.c_str(),
               tokenizer.decode(generated).c_str());
   return 0;
