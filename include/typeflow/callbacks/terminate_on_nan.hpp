@@ -30,14 +30,15 @@ class terminate_on_nan : public callback {
 
   void on_train_begin() override { terminated_ = false; }
 
-  // fit calls this when a step was not finite.
-  void stopped(int epoch, std::int64_t batch, std::string reason) {
+  // fit calls this when a step was not finite: the run ends here.
+  bool ends_run_on_non_finite(int epoch, std::int64_t batch, const std::string& reason) override {
     terminated_ = true;
     epoch_ = epoch;
     batch_ = batch;
-    reason_ = std::move(reason);
+    reason_ = reason;
     std::printf("\nBatch %lld: Invalid loss, terminating training\n", static_cast<long long>(batch));
     std::fflush(stdout);
+    return true;
   }
 
  private:

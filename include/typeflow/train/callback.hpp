@@ -130,6 +130,14 @@ class callback {
   // logs hold the epoch's means, and val_* entries when fit validated.
   virtual void on_epoch_end(const epoch_info&, const logs&) {}
   virtual void on_train_end(const logs&) {}
+  // A step's loss or gradient was not finite (train/non_finite.hpp) and its
+  // update was not applied. A callback that returns true takes that as the
+  // end of the run, which fit then ends cleanly (callbacks::terminate_on_nan
+  // does); when none does, fit throws the non_finite_error. epoch is 0-based,
+  // batch 1-based in it; reason says what was not finite, where.
+  virtual bool ends_run_on_non_finite(int /*epoch*/, std::int64_t /*batch*/, const std::string& /*reason*/) {
+    return false;
+  }
 
   // Its state for a checkpoint, under state_name() (e.g. "early_stopping"):
   // what it must remember to behave after a resume as if never stopped.

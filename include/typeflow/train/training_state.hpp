@@ -32,7 +32,6 @@
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
-#include "typeflow/callbacks/terminate_on_nan.hpp"
 #include "typeflow/train/callback.hpp"
 #include "typeflow/train/compiled.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
@@ -526,9 +525,6 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   if (bar) callbacks.push_back(bar.get());
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
   callbacks.push_back(&recorder);
-  callbacks::terminate_on_nan* terminator = nullptr;  // with one, a non-finite step ends the run cleanly
-  for (auto* c : options.callbacks)
-    if (auto* t = dynamic_cast<callbacks::terminate_on_nan*>(c)) terminator = t;
   bool terminated = false;
   std::int64_t trained_steps = 0;  // by this fit
   for (auto* c : callbacks) c->set_model(&access);
@@ -626,13 +622,14 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       } catch (const non_finite_error& e) {
         const std::string where = "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(step + 1) +
                                   " (update " + std::to_string(state.iterations + 1) + "): ";
-        if (!terminator)
+        // The user's callbacks decide (callbacks::terminate_on_nan ends the run); every one is told.
+        for (auto* c : options.callbacks)
+          terminated = c->ends_run_on_non_finite(epoch, step + 1, where + e.what()) || terminated;
+        if (!terminated)
           throw non_finite_error(where + e.what() + "; the update was not applied, so the weights are the last "
                                                     "good step's (see callbacks::terminate_on_nan to end the run "
                                                     "cleanly instead)",
                                  e.tensor());
-        terminator->stopped(epoch, step + 1, where + e.what());
-        terminated = true;
         break;
       }
       ++step;
