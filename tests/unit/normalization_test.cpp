@@ -366,7 +366,7 @@ TEST_CASE_TEMPLATE("over threads and partial feature blocks, both layers match a
                    bound<tf::layer_norm, tf::shape<32, 160>>, bound<tf::layer_norm, tf::shape<32, 165>>,
                    bound<tf::batch_norm, tf::shape<32, 160>>) {
   constexpr int batch = 8, n = Layer::input_shape::template dim<1>, rows = batch * 32;
-  static_assert(batch * Layer::input_shape::size >= tf::backend::cpu::parallel_threshold);
+  static_assert(batch * Layer::input_shape::size >= tf::parallel_threshold);
   layer_harness<Layer, batch> h;
   const std::vector<float> r = fill_randomly(h);
   std::copy(r.begin(), r.end(), h.d_out.begin());

@@ -1,4 +1,4 @@
-// backend/cpu/parallel.hpp: column_sums, a bias's gradient, against sums
+// core/parallel.hpp: column_sums, a bias's gradient, against sums
 // over the rows in order written out: each column is summed in that order
 // whatever the thread count, so the two agree bit for bit.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include <typeflow/backend/cpu/parallel.hpp>
+#include <typeflow/core/parallel.hpp>
 #include <typeflow/core/random.hpp>
 
 namespace tf = typeflow;
@@ -23,7 +23,7 @@ TEST_CASE("column_sums equals each column summed over the rows in order, for any
       std::vector<float> expected(static_cast<std::size_t>(cols), 0.f), out(static_cast<std::size_t>(cols) + 3, -7.f);
       for (std::ptrdiff_t r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c) expected[c] += m[r * cols + c];
-      tf::backend::cpu::column_sums(m.data(), rows, cols, out.data());
+      tf::column_sums(m.data(), rows, cols, out.data());
       bool same = true;
       for (int c = 0; c < cols; ++c) same = same && out[c] == expected[c];
       CHECK(same);

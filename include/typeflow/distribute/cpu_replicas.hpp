@@ -26,7 +26,7 @@
 #include <omp.h>
 
 #include "typeflow/backend/cpu/context.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
@@ -162,7 +162,7 @@ class cpu_replicas {
     for (int r = 1; r < count; ++r)
       others[r - 1] = secondaries_[r - 1]->memory.template at<float>(plan0::gradients_offset);
     constexpr float mean = 1.f / count;
-    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(Net::trainable_floats), [&](std::ptrdiff_t i) {
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(Net::trainable_floats), [&](std::ptrdiff_t i) {
       float total = sum[i];
       for (int r = 0; r < count - 1; ++r) total += others[r][i];
       sum[i] = total * mean;

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/fast_math.hpp"
 #include "typeflow/core/host_device.hpp"
 
@@ -56,7 +56,7 @@ template <class Loss>
 void apply_rows(const Loss& loss, const float* out, const float* targets, std::ptrdiff_t rows, int width,
                 std::ptrdiff_t valid_rows, float* d_out, float* row_loss) {
   const float scale = Loss::gradient_scale(valid_rows, width);
-  backend::cpu::parallel_rows(rows, width, [=, &loss](std::ptrdiff_t r) {
+  typeflow::parallel_rows(rows, width, [=, &loss](std::ptrdiff_t r) {
     float* g = d_out + r * width;
     if (r >= valid_rows) {
       std::fill(g, g + width, 0.f);
@@ -79,7 +79,7 @@ struct sparse_categorical_crossentropy {
                   std::ptrdiff_t valid_rows, float* d_out, float* row_loss) const {
     const float scale = valid_rows > 0 ? 1.f / static_cast<float>(valid_rows) : 0.f;
     const bool logits = from_logits;
-    backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
       const float* z = out + r * classes;
       float* g = d_out + r * classes;
       if (r >= valid_rows) {

@@ -42,19 +42,19 @@ struct accumulated {
     if (a.non_finite) {
       int bad = 0;
       const std::ptrdiff_t n = a.floats;
-#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= typeflow::parallel_threshold)
       for (std::ptrdiff_t i = 0; i < n; ++i) bad |= !updatable(g[i]);
       *a.non_finite = bad != 0;
       if (bad) return false;
     }
     if (micro_batches == 0)
-      backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] = g[i]; });
+      typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] = g[i]; });
     else
-      backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] += g[i]; });
+      typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] += g[i]; });
     if (++micro_batches < K) return false;
     micro_batches = 0;
     constexpr float mean = 1.f / K;
-    backend::cpu::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = sum[i] * mean; });
+    typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = sum[i] * mean; });
     if constexpr (rule_optimizer<Optimizer>)
       apply_update(inner, a);  // the same update as without accumulation
     else

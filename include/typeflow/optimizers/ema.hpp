@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/optimizers/element.hpp"
 #include "typeflow/optimizers/update.hpp"
 
@@ -65,12 +65,12 @@ inline void update_moving_average(const update_arguments& a, float* average, con
     float* wt = w + t.offset;
     float* at = average + t.offset;
     if (overwrite)
-      backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) {
+      typeflow::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) {
         at[i] = moving_average(at[i], wt[i], momentum);
         wt[i] = at[i];
       });
     else
-      backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(t.size),
+      typeflow::parallel_for(static_cast<std::ptrdiff_t>(t.size),
                                  [=](std::ptrdiff_t i) { at[i] = moving_average(at[i], wt[i], momentum); });
   }
 }
@@ -81,7 +81,7 @@ inline void swap_with_average(float* weights, float* average, std::span<const pa
     if (t.kind == param_kind::statistic) continue;
     float* wt = weights + t.offset;
     float* at = average + t.offset;
-    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) {
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) {
       const float x = wt[i];
       wt[i] = at[i];
       at[i] = x;
@@ -95,7 +95,7 @@ inline void copy_trainable(const float* from, float* to, std::span<const paramet
     if (t.kind == param_kind::statistic) continue;
     const float* src = from + t.offset;
     float* dst = to + t.offset;
-    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) { dst[i] = src[i]; });
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(t.size), [=](std::ptrdiff_t i) { dst[i] = src[i]; });
   }
 }
 

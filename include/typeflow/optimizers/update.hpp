@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/half.hpp"
 #include "typeflow/model/layer.hpp"
 #include "typeflow/optimizers/element.hpp"
@@ -269,7 +269,7 @@ void run_update(const update_arguments& a, const segment_plan& plan, const Rule&
   const bool check = a.non_finite != nullptr;
   const float* const g = a.grads;
   const std::ptrdiff_t n = a.floats;
-#pragma omp parallel if (a.floats >= backend::cpu::parallel_threshold)
+#pragma omp parallel if (a.floats >= typeflow::parallel_threshold)
   {
     if (check) {
       // The for's barrier makes the verdict every thread's before any update.

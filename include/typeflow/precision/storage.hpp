@@ -25,7 +25,7 @@
 #include <immintrin.h>
 #endif
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/half.hpp"
 #include "typeflow/precision/policy.hpp"
@@ -41,7 +41,7 @@ inline constexpr std::ptrdiff_t chunk = 4096;
 template <class F>
 void in_chunks(std::size_t n, F f) {
   const auto chunks = static_cast<std::ptrdiff_t>((n + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static) if (n >= static_cast<std::size_t>(backend::cpu::parallel_threshold))
+#pragma omp parallel for schedule(static) if (n >= static_cast<std::size_t>(typeflow::parallel_threshold))
   for (std::ptrdiff_t c = 0; c < chunks; ++c) {
     const std::size_t begin = static_cast<std::size_t>(c * chunk);
     const std::size_t end = begin + chunk < n ? begin + chunk : n;

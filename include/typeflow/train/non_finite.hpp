@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/optimizers/update.hpp"
 #include "typeflow/train/parameter_table.hpp"
 
@@ -40,7 +40,7 @@ class non_finite_error : public std::runtime_error {
 // large regions (a gradient region is read once per step for this).
 inline bool all_finite_parallel(const float* values, std::size_t n) noexcept {
   int bad = 0;
-#pragma omp parallel for simd reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for simd reduction(| : bad) if (n >= typeflow::parallel_threshold)
   for (std::size_t i = 0; i < n; ++i) bad |= !(values[i] - values[i] == 0.f);  // inf - inf and NaN are NaN
   return bad == 0;
 }
@@ -48,7 +48,7 @@ inline bool all_finite_parallel(const float* values, std::size_t n) noexcept {
 // Whether all n gradient values may reach an update (optimizers::updatable).
 inline bool all_updatable_parallel(const float* values, std::size_t n) noexcept {
   int bad = 0;
-#pragma omp parallel for simd reduction(| : bad) if (n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for simd reduction(| : bad) if (n >= typeflow::parallel_threshold)
   for (std::size_t i = 0; i < n; ++i) bad |= !optimizers::updatable(values[i]);
   return bad == 0;
 }

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/activations.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/precision/storage.hpp"
@@ -33,7 +33,7 @@ class executor<Spec, Layer, Batch, cpu> : public executor_defaults {
     } else if constexpr (std::is_same_v<value, float>) {
       const float* in = io_.in;
       float* out = io_.out;
-      backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = Functor{}.value(in[i]); });
+      typeflow::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = Functor{}.value(in[i]); });
     } else {  // 16-bit storage: blocks converted to float32 and back
       value* out = reinterpret_cast<value*>(io_.out);
       precision::for_each_block_as_float<output_dtype>(
@@ -51,7 +51,7 @@ class executor<Spec, Layer, Batch, cpu> : public executor_defaults {
     float* grad = io_.d_in;
     const float* from = Functor::derivative_from_output ? io_.out : io_.in;
     if constexpr (std::is_same_v<value, float>) {
-      backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] *= derivative(from[i]); });
+      typeflow::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] *= derivative(from[i]); });
     } else {
       precision::for_each_block_as_float<output_dtype>(
           reinterpret_cast<const value*>(from), count, [=](const float* x, std::size_t begin, std::size_t length) {

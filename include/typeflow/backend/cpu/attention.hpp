@@ -41,7 +41,7 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/cpu/lora.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
@@ -513,7 +513,7 @@ class executor<causal_self_attention<Heads, Options...>, Layer, Batch, cpu> {
         if (!native_) round_projection_operands();
       }
       if constexpr (!with_lora) proj_kernel_grad_.run();
-      backend::cpu::column_sums(io_.d_out, rows, D, param_gradient<params, 3>(io_));
+      typeflow::column_sums(io_.d_out, rows, D, param_gradient<params, 3>(io_));
       if constexpr (low_precision) {
         round(param_gradient<params, 2>(io_), Layer::proj_kernel_floats);
         round(param_gradient<params, 3>(io_), std::size_t{D});

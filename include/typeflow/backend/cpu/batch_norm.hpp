@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/batch_norm_math.hpp"
 #include "typeflow/layers/batch_norm.hpp"
 #include "typeflow/model/executor.hpp"
@@ -50,7 +50,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     const float* gamma = gamma_values();
     float* d_gamma = has_gamma ? io_.grads + params::template offset<gamma_index> : nullptr;
     float* d_beta = has_beta ? io_.grads + params::template offset<beta_index> : nullptr;
-#pragma omp parallel for schedule(static) if (rows * n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (rows * n >= typeflow::parallel_threshold)
     for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       double sum_dy[column_block] = {}, sum_dy_normalized[column_block] = {};
@@ -111,7 +111,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     float* moving_variance_values = moving_variance();
     constexpr float momentum = Options.momentum;
     constexpr float update_weight = static_cast<float>(1.0 - double{Options.momentum});
-#pragma omp parallel for schedule(static) if (rows * n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (rows * n >= typeflow::parallel_threshold)
     for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       double sums[column_block] = {};
@@ -144,7 +144,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     const float* moving_variance_values = moving_variance();
     const float* gamma = gamma_values();
     const float* beta = beta_values();
-#pragma omp parallel for schedule(static) if (rows * n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (rows * n >= typeflow::parallel_threshold)
     for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       float inverse_std[column_block];

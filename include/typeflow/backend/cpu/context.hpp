@@ -24,7 +24,7 @@
 #include <memory>
 #include <new>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/backend/device.hpp"
 #include "typeflow/precision/weight_copies.hpp"
 

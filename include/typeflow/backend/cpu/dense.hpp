@@ -24,7 +24,7 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/cpu/lora.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/dense.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/precision/storage.hpp"
@@ -225,7 +225,7 @@ class executor<dense<Units, Options...>, Layer, Batch, cpu> {
   }
 
   // d_bias (units) = the column sums of d_out (rows, units).
-  void bias_gradient() { backend::cpu::column_sums(io_.d_out, rows, units, param_gradient<params, 1>(io_)); }
+  void bias_gradient() { typeflow::column_sums(io_.d_out, rows, units, param_gradient<params, 1>(io_)); }
 
   layer_io<cpu> io_;
   bool native_;  // bf16 products run as oneDNN bf16 primitives

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
@@ -40,7 +40,7 @@ class executor<dropout<Rate>, Layer, Batch, cpu> : public executor_defaults {
     // keep when uniform >= Rate, i.e. when the top 24 bits >= ceil(Rate * 2^24).
     const auto threshold = static_cast<std::uint32_t>(std::ceil(double{Rate} * 16777216.0));
     constexpr std::ptrdiff_t blocks = count / 4, chunk = 256;
-#pragma omp parallel for schedule(static) if (count >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (count >= typeflow::parallel_threshold)
     for (std::ptrdiff_t b0 = 0; b0 < blocks; b0 += chunk) {
       const std::ptrdiff_t b1 = b0 + chunk < blocks ? b0 + chunk : blocks;
       for (std::ptrdiff_t b = b0; b < b1; ++b) {
@@ -52,7 +52,7 @@ class executor<dropout<Rate>, Layer, Batch, cpu> : public executor_defaults {
     for (std::ptrdiff_t i = blocks * 4; i < count; ++i) keep[i] = rng.uniform(static_cast<std::uint64_t>(i)) >= Rate;
     // Then the mask applied: a second, vectorised pass.
     if constexpr (std::is_same_v<value, float>) {
-      backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = keep[i] ? in[i] * scale : 0.f; });
+      typeflow::parallel_for(count, [=](std::ptrdiff_t i) { out[i] = keep[i] ? in[i] * scale : 0.f; });
     } else {  // 16-bit storage: blocks converted to float32 and back
       precision::for_each_block_as_float<output_dtype>(in, count, [=](float* x, std::size_t begin, std::size_t length) {
         const std::uint8_t* k = keep + begin;
@@ -68,7 +68,7 @@ class executor<dropout<Rate>, Layer, Batch, cpu> : public executor_defaults {
     if (!io_.d_in || Rate == 0.f) return;
     float* grad = io_.d_in;
     const auto* keep = reinterpret_cast<const std::uint8_t*>(io_.workspace);
-    backend::cpu::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] = keep[i] ? grad[i] * scale : 0.f; });
+    typeflow::parallel_for(count, [=](std::ptrdiff_t i) { grad[i] = keep[i] ? grad[i] * scale : 0.f; });
   }
 
  private:

@@ -15,7 +15,7 @@
 
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/cpu/matmul.hpp"
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/embedding.hpp"
 #include "typeflow/model/executor.hpp"
 #include "typeflow/precision/storage.hpp"
@@ -27,7 +27,7 @@ namespace detail {
 // the columns, so no two write the same float.
 inline void scatter_add_rows(float* table, std::size_t stride, const std::int32_t* ids, const float* d_out,
                              std::ptrdiff_t rows, int dim) {
-#pragma omp parallel for schedule(static) if (rows * dim >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (rows * dim >= typeflow::parallel_threshold)
   for (int c0 = 0; c0 < dim; c0 += 32) {
     const int c1 = c0 + 32 < dim ? c0 + 32 : dim;
     for (std::ptrdiff_t r = 0; r < rows; ++r) {
@@ -42,7 +42,7 @@ inline void scatter_add_rows(float* table, std::size_t stride, const std::int32_
 // d_table[t] += Σ_b d_out[b][t] for t < length, the batch in ascending order;
 // threads split the positions. d_out is (batch, length, dim).
 inline void sum_positions(float* table, std::size_t stride, const float* d_out, int batch, int length, int dim) {
-  backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(length), [=](std::ptrdiff_t t) {
+  typeflow::parallel_for(static_cast<std::ptrdiff_t>(length), [=](std::ptrdiff_t t) {
     float* g = table + static_cast<std::size_t>(t) * stride;
     for (int b = 0; b < batch; ++b) {
       const float* row = d_out + (static_cast<std::ptrdiff_t>(b) * length + t) * dim;
@@ -69,7 +69,7 @@ class executor<embedding<Vocab, Dim, Options...>, Layer, Batch, cpu> : public ex
     check_token_ids<vocab, dim>(ids, rows, length);
     const float* weights = io_.params;
     float* out = io_.out;
-    backend::cpu::parallel_for(rows, [=](std::ptrdiff_t r) {
+    typeflow::parallel_for(rows, [=](std::ptrdiff_t r) {
       std::memcpy(out + r * dim, weights + static_cast<std::size_t>(ids[r]) * table::row_stride,
                   sizeof(float) * dim);
     });
@@ -107,7 +107,7 @@ class executor<positional_embedding<MaxLen, Options...>, Layer, Batch, cpu> : pu
     const float* in = io_.in;
     float* out = io_.out;
     const float* table_rows = io_.params + static_cast<std::size_t>(first) * table::row_stride;
-    backend::cpu::parallel_for(static_cast<std::ptrdiff_t>(Batch) * length, [=](std::ptrdiff_t r) {
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(Batch) * length, [=](std::ptrdiff_t r) {
       const float* p = table_rows + static_cast<std::size_t>(r % length) * table::row_stride;
       const float* x = in + r * dim;
       float* y = out + r * dim;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/layer_norm.hpp"
 #include "typeflow/model/executor.hpp"
 
@@ -31,7 +31,7 @@ class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cpu>
     float* stats = statistics();  // (rows, 2)
     const float* gamma = gamma_values();
     const float* beta = beta_values();
-    backend::cpu::parallel_rows(rows, n, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, n, [=](std::ptrdiff_t r) {
       const float* x = in + r * n;
       float* y = out + r * n;
       // Two passes in double: the mean, then the squared deviations from it.
@@ -121,7 +121,7 @@ class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cpu>
       float* d_beta = nullptr;
       if constexpr (has_gamma) d_gamma = io_.grads + params::template offset<0>;
       if constexpr (has_beta) d_beta = io_.grads + params::template offset<has_gamma ? 1 : 0>;
-#pragma omp parallel for schedule(static) if (rows * n >= backend::cpu::parallel_threshold)
+#pragma omp parallel for schedule(static) if (rows * n >= typeflow::parallel_threshold)
       for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
         const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
         double scale_sums[column_block] = {}, offset_sums[column_block] = {};
@@ -149,7 +149,7 @@ class executor<layer_normalization<Options, Initializers...>, Layer, Batch, cpu>
     float* d_in = io_.d_in;  // may be d_out's buffer: each element is read before it is written
     const float* stats = statistics();
     const float* gamma = gamma_values();
-    backend::cpu::parallel_rows(rows, n, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, n, [=](std::ptrdiff_t r) {
       const float* x = in + r * n;
       const float* dy = d_out + r * n;
       float* dx = d_in + r * n;

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/pooling.hpp"
 #include "typeflow/model/executor.hpp"
 
@@ -191,13 +191,13 @@ class executor<max_pooling2d<Pool, Strides, Padding>, Layer, Batch, cpu> : publi
     constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch) * G::out_h;
     constexpr std::ptrdiff_t row_work = static_cast<std::ptrdiff_t>(G::out_w) * G::channels * G::window_size;
     if (io_.run && !io_.run->training) {  // no backward follows: no argmax
-      backend::cpu::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
+      typeflow::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
         const std::ptrdiff_t n = r / G::out_h, oh = r % G::out_h;
         detail::max_pool_row<G>(in + n * G::in_size, out + r * G::out_w * G::channels, static_cast<int>(oh));
       });
       return;
     }
-    backend::cpu::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / G::out_h, oh = r % G::out_h;
       const std::ptrdiff_t at = r * G::out_w * G::channels;
       detail::max_pool_row<G>(in + n * G::in_size, out + at, arg + at, static_cast<int>(oh));
@@ -210,7 +210,7 @@ class executor<max_pooling2d<Pool, Strides, Padding>, Layer, Batch, cpu> : publi
     const float* d_out = io_.d_out;
     const auto* arg = reinterpret_cast<const index_type*>(io_.workspace);
     constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch) * G::in_h;
-    backend::cpu::parallel_rows(rows, static_cast<std::ptrdiff_t>(G::in_w) * G::channels, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, static_cast<std::ptrdiff_t>(G::in_w) * G::channels, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / G::in_h, h = r % G::in_h;
       detail::max_pool_backward_row<G>(d_in + r * G::in_w * G::channels, d_out + n * G::out_size,
                                        arg + n * G::out_size, static_cast<int>(h));
@@ -233,7 +233,7 @@ class executor<average_pooling2d<Pool, Strides, Padding>, Layer, Batch, cpu> : p
     float* out = io_.out;
     constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch) * G::out_h;
     constexpr std::ptrdiff_t row_work = static_cast<std::ptrdiff_t>(G::out_w) * G::channels * G::window_size;
-    backend::cpu::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, row_work, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / G::out_h, oh = r % G::out_h;
       detail::average_pool_row<G>(in + n * G::in_size, out + r * G::out_w * G::channels, static_cast<int>(oh));
     });
@@ -244,7 +244,7 @@ class executor<average_pooling2d<Pool, Strides, Padding>, Layer, Batch, cpu> : p
     float* d_in = io_.d_in;
     const float* d_out = io_.d_out;
     constexpr std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Batch) * G::in_h;
-    backend::cpu::parallel_rows(rows, static_cast<std::ptrdiff_t>(G::in_w) * G::channels, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, static_cast<std::ptrdiff_t>(G::in_w) * G::channels, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / G::in_h, h = r % G::in_h;
       detail::average_pool_backward_row<G>(d_in + r * G::in_w * G::channels, d_out + n * G::out_size,
                                            static_cast<int>(h));
@@ -267,7 +267,7 @@ class executor<global_average_pooling2d, Layer, Batch, cpu> : public executor_de
   void forward() {
     const float* in = io_.in;
     float* out = io_.out;
-    backend::cpu::parallel_rows(Batch, pixels * channels, [=](std::ptrdiff_t n) {
+    typeflow::parallel_rows(Batch, pixels * channels, [=](std::ptrdiff_t n) {
       const float* x = in + n * pixels * channels;
       float* o = out + n * channels;
 #pragma omp simd
@@ -285,7 +285,7 @@ class executor<global_average_pooling2d, Layer, Batch, cpu> : public executor_de
     if (!io_.d_in) return;
     float* d_in = io_.d_in;
     const float* d_out = io_.d_out;
-    backend::cpu::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * pixels, channels, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * pixels, channels, [=](std::ptrdiff_t r) {
       const float* g = d_out + (r / pixels) * channels;
       float* d = d_in + r * channels;
 #pragma omp simd

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/core/row_math.hpp"
 #include "typeflow/layers/softmax.hpp"
 #include "typeflow/model/executor.hpp"
@@ -22,7 +22,7 @@ class executor<softmax, Layer, Batch, cpu> : public executor_defaults {
   void forward() {
     const float* in = io_.in;
     float* out = io_.out;
-    backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
       softmax_row(in + r * classes, out + r * classes, classes);
     });
   }
@@ -31,7 +31,7 @@ class executor<softmax, Layer, Batch, cpu> : public executor_defaults {
     if (!io_.d_in) return;
     const float* y = io_.out;
     float* grad = io_.d_in;
-    backend::cpu::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(rows, classes, [=](std::ptrdiff_t r) {
       const float* yr = y + r * classes;
       float* gr = grad + r * classes;
       float dot = 0.f;

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "typeflow/backend/cpu/parallel.hpp"
+#include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/zero_padding2d.hpp"
 #include "typeflow/model/executor.hpp"
 
@@ -27,7 +27,7 @@ class executor<zero_padding2d<Pad>, Layer, Batch, cpu> : public executor_default
   void forward() {  // one output row at a time: zeros, or zeros | the input row | zeros
     const float* in = io_.in;
     float* out = io_.out;
-    backend::cpu::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * out_h, out_row, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * out_h, out_row, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / out_h, h = r % out_h - pad_h;
       float* o = out + r * out_row;
       if (h < 0 || h >= in_h) {
@@ -46,7 +46,7 @@ class executor<zero_padding2d<Pad>, Layer, Batch, cpu> : public executor_default
     if (!io_.d_in) return;
     float* d_in = io_.d_in;
     const float* d_out = io_.d_out;
-    backend::cpu::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * in_h, in_row, [=](std::ptrdiff_t r) {
+    typeflow::parallel_rows(static_cast<std::ptrdiff_t>(Batch) * in_h, in_row, [=](std::ptrdiff_t r) {
       const std::ptrdiff_t n = r / in_h, h = r % in_h;
       std::memcpy(d_in + r * in_row, d_out + (n * out_h + h + pad_h) * out_row + side, sizeof(float) * in_row);
     });

@@ -1,5 +1,7 @@
 // Element-wise loops over the cores (OpenMP, the runtime oneDNN also uses, so
-// both share one thread team instead of fighting over the two cores).
+// both share one thread team instead of fighting over the two cores): the
+// parallel primitive of everything that loops over arrays on the CPU
+// (layers' executors, losses, optimizers, precision's conversions).
 #pragma once
 
 #include <algorithm>
@@ -9,7 +11,7 @@
 #include <omp.h>
 #endif
 
-namespace typeflow::backend::cpu {
+namespace typeflow {
 
 // Below this many elements a loop runs on the calling thread: waking the
 // team costs more than the work.
@@ -68,4 +70,4 @@ inline void column_sums(const float* m, std::ptrdiff_t rows, int cols, float* ou
   }
 }
 
-}  // namespace typeflow::backend::cpu
+}  // namespace typeflow
