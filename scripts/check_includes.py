@@ -47,8 +47,6 @@ ROOMS = [
 # Upward arrows still to move (issue 42), as (from room, to room).
 KNOWN = {
     ("layers", "model"): "the layer contract (model/layer.hpp, model/executor.hpp) belongs below layers/",
-    ("backend/cuda", "distribute"): "backend/cuda/nccl.hpp holds the bucketed all-reduce, a strategy's algorithm",
-    ("distribute", "train"): "distribute/cpu_replicas.hpp builds on train/'s step program, arena and parameter table",
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+["<]typeflow/([^">]+)[">]')

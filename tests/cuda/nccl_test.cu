@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/distribute/nccl.hpp"
 
 namespace cu = typeflow::backend::cuda;
 namespace td = typeflow::distribute;

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/distribute/nccl.hpp"
 #include "typeflow/distribute/multi_worker.hpp"
 
 namespace cu = typeflow::backend::cuda;

@@ -1,5 +1,5 @@
 // mirrored<N> and multi_worker on GPUs: the replication algorithm's GPU half
-// (distribute/cpu_replicas.hpp is the CPU's), which train/cuda_engine.hpp
+// (train/cpu_replicas.hpp is the CPU's), which train/cuda_engine.hpp
 // calls around the replicas it holds (one GPU each, with its own arena,
 // streams and optimizer state).
 //
@@ -29,7 +29,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "typeflow/backend/cuda/nccl.hpp"
+#include "typeflow/distribute/nccl.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"

@@ -13,7 +13,7 @@
 // steps under accumulate<K>). (This synchronises the
 // moving statistics, not the batch statistics inside a step.)
 //
-// The algorithm on the CPU is distribute/cpu_replicas.hpp; on GPUs (one GPU
+// The algorithm on the CPU is train/cpu_replicas.hpp; on GPUs (one GPU
 // per replica, NCCL) distribute/cuda_replicas.hpp.
 #pragma once
 

@@ -17,7 +17,7 @@
 //   void all_reduce_mean(float*, std::size_t) const;  // the mean over the processes
 //
 // Within a process the replicas' own algorithm is the device's:
-// distribute/cpu_replicas.hpp and distribute/cuda_replicas.hpp.
+// train/cpu_replicas.hpp and distribute/cuda_replicas.hpp.
 #pragma once
 
 #include <concepts>

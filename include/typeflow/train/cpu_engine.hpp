@@ -5,7 +5,7 @@
 // optimizer's slots and the step region; a step_program is set up for each
 // batch size, and each step then runs forward, loss, backward and update
 // over fixed addresses with no allocation. mirrored<N> runs replicas 1 .. N-1
-// through distribute/cpu_replicas.hpp; multi_worker adds the strategy's MPI
+// through train/cpu_replicas.hpp; multi_worker adds the strategy's MPI
 // collectives (a broadcast of the initial weights, the gradients' mean).
 #pragma once
 
@@ -21,7 +21,7 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/device.hpp"
 #include "typeflow/core/random.hpp"
-#include "typeflow/distribute/cpu_replicas.hpp"
+#include "typeflow/train/cpu_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/model/memory_plan.hpp"

@@ -5,7 +5,7 @@
 // and the parameter views. What depends on where the step runs is the
 // engine's, one per device:
 //   cpu   train/cpu_engine.hpp   one host arena, oneDNN; mirrored<N> through
-//                                distribute/cpu_replicas.hpp, multi_worker
+//                                train/cpu_replicas.hpp, multi_worker
 //                                through the strategy's MPI collectives;
 //   cuda  train/cuda_engine.hpp  one cudaMalloc arena per GPU, each step a
 //                                CUDA graph; mirrored<N> and multi_worker

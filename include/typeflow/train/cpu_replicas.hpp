@@ -1,5 +1,6 @@
 // mirrored<N> on the CPU: the replication algorithm (distribute/mirrored.hpp
-// describes the strategy; this is its CPU half).
+// describes the strategy; this is its CPU half), a part of the CPU engine
+// (train/cpu_engine.hpp): the replicas are step programs of their own.
 //
 // The engine's own arena is replica 0; replicas 1 .. N-1 live here, each with
 // its own arena (weights and gradients, no optimizer slots, and its own

@@ -1,5 +1,6 @@
 // NCCL for the CUDA backend: the gradient all-reduce of the two data-parallel
-// strategies on GPUs.
+// strategies on GPUs (a strategy's collective, so here in distribute/, over
+// backend/cuda's runtime).
 //
 //   nccl_communicators   mirrored<N>: one process, one thread, N local GPUs
 //                        (devices 0..N-1), one NCCL rank each (ncclCommInitAll).
