@@ -3,7 +3,7 @@
 // found (tf::executor<typename Layer::spec, Layer, Batch, tf::cpu>).
 #pragma once
 
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow::testing {
 

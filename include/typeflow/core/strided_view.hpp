@@ -1,7 +1,7 @@
 // strided_view<T>: a tensor's values where its rows sit at a padded stride.
 //
 // Parameters of rank 2 and more are stored with padded rows (see
-// padded_row_length in model/layer.hpp); this view shows them as the flat,
+// padded_row_length in contract/layer.hpp); this view shows them as the flat,
 // row-major tensor of their shape, so element i is what a weights file or
 // PyTorch calls element i.
 #pragma once

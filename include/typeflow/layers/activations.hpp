@@ -20,7 +20,7 @@
 #include "typeflow/core/functors.hpp"
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/dense.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

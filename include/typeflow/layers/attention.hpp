@@ -55,7 +55,7 @@
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/options.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/precision/policy.hpp"
 
 namespace typeflow {

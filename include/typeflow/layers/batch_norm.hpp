@@ -40,7 +40,7 @@
 
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/options.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -53,7 +53,7 @@
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/options.hpp"
 #include "typeflow/layers/window.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/precision/policy.hpp"
 
 namespace typeflow {

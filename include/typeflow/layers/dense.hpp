@@ -31,7 +31,7 @@
 #include "typeflow/layers/activation_traits.hpp"
 #include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/options.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/precision/policy.hpp"
 
 namespace typeflow {

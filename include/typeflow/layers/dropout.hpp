@@ -20,7 +20,7 @@
 #include <type_traits>
 
 #include "typeflow/core/random.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

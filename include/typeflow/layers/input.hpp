@@ -7,7 +7,7 @@
 
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/shape.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

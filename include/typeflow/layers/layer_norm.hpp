@@ -26,7 +26,7 @@
 
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/layers/options.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

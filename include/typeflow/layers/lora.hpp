@@ -30,7 +30,7 @@
 
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/initializers/initializers.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "typeflow/core/shape.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -36,7 +36,7 @@
 #include "typeflow/core/pool_windows.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/layers/window.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

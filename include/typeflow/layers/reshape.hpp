@@ -10,7 +10,7 @@
 #include <string>
 
 #include "typeflow/core/shape.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

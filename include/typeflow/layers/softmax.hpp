@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <string>
 
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

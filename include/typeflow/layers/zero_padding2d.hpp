@@ -14,7 +14,7 @@
 #include "typeflow/core/shape.hpp"
 #include "typeflow/layers/pooling.hpp"
 #include "typeflow/layers/window.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -36,7 +36,7 @@
 #include <utility>
 
 #include "typeflow/core/fixed_string.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -19,7 +19,7 @@
 // does not update them; dropout, too, passes everything through (Keras would
 // still drop; a frozen pretrained body is usually run as in inference).
 //
-// Its parameters are frozen tensors (frozen_param, model/layer.hpp), named
+// Its parameters are frozen tensors (frozen_param, contract/layer.hpp), named
 // like a nested sequential's ("layers.1.embedding.embeddings" at the top
 // level, "blocks.3.dense.kernel" inside repeat<>), so frozen<...> goes
 // wherever a block does: at the top level, or inside repeat, residual,
@@ -35,9 +35,9 @@
 
 #include "typeflow/model/chain.hpp"
 #include "typeflow/model/chain_executor.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/layers/input.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

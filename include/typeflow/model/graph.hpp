@@ -41,7 +41,7 @@
 #include "typeflow/layers/input.hpp"
 #include "typeflow/layers/merge.hpp"
 #include "typeflow/model/chain.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -21,9 +21,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/model/graph.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/model/merge_executor.hpp"
 
 namespace typeflow {

@@ -30,7 +30,7 @@
 #include <array>
 #include <cstddef>
 
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

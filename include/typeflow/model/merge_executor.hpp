@@ -14,7 +14,7 @@
 
 #include "typeflow/layers/merge.hpp"
 #include "typeflow/layers/merge_functors.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

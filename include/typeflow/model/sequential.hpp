@@ -19,7 +19,7 @@
 #include "typeflow/layers/input.hpp"
 #include "typeflow/model/chain.hpp"
 #include "typeflow/model/chain_executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/precision/policy.hpp"
 
 namespace typeflow {

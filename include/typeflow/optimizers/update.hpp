@@ -37,7 +37,7 @@
 
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/core/half.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/optimizers/element.hpp"
 #include "typeflow/schedules/schedules.hpp"
 

@@ -32,7 +32,7 @@
 #define TYPEFLOW_ARENA_MREMAP 0
 #endif
 
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "typeflow/core/random.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

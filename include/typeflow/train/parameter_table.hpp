@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/optimizers/update.hpp"
 

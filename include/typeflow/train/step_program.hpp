@@ -16,8 +16,8 @@
 #include <utility>
 
 #include "typeflow/backend/device.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 #include "typeflow/model/memory_plan.hpp"
 
 namespace typeflow {

@@ -9,7 +9,7 @@
 
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/activations.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
 namespace typeflow {

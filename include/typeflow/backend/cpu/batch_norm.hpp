@@ -9,7 +9,7 @@
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/core/batch_norm_math.hpp"
 #include "typeflow/layers/batch_norm.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 
 namespace typeflow {
 

@@ -40,7 +40,7 @@
 
 #include "typeflow/core/foreign_calls.hpp"
 #include "typeflow/layers/conv2d.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
 namespace typeflow {

@@ -26,7 +26,7 @@
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/dense.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
 namespace typeflow {

@@ -13,7 +13,7 @@
 #include "typeflow/core/random.hpp"
 #include "typeflow/layers/dropout.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
 namespace typeflow {

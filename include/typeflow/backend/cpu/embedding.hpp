@@ -17,7 +17,7 @@
 #include "typeflow/backend/cpu/matmul.hpp"
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/embedding.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 #include "typeflow/precision/storage.hpp"
 
 namespace typeflow {

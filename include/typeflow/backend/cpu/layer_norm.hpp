@@ -8,7 +8,7 @@
 
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/layer_norm.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 
 namespace typeflow {
 

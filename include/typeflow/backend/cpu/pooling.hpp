@@ -22,7 +22,7 @@
 
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/pooling.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 
 namespace typeflow {
 

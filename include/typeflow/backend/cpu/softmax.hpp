@@ -7,7 +7,7 @@
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/core/row_math.hpp"
 #include "typeflow/layers/softmax.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 
 namespace typeflow {
 

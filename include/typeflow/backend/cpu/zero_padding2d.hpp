@@ -8,7 +8,7 @@
 
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/layers/zero_padding2d.hpp"
-#include "typeflow/model/executor.hpp"
+#include "typeflow/contract/executor.hpp"
 
 namespace typeflow {
 

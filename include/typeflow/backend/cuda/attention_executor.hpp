@@ -39,8 +39,8 @@
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/layers/attention.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 namespace backend::cuda {

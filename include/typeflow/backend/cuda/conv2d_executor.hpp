@@ -32,8 +32,8 @@
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/core/conv_windows.hpp"
 #include "typeflow/layers/conv2d.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 namespace backend::cuda {

@@ -15,8 +15,8 @@
 #include "typeflow/backend/cuda/embedding.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/layers/embedding.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 namespace backend::cuda {

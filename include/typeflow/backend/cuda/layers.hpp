@@ -1,9 +1,9 @@
 // The layers' CUDA executors: executor<Spec, Layer, Batch, cuda>
-// (model/executor.hpp), for each bound layer what its forward and backward
+// (contract/executor.hpp), for each bound layer what its forward and backward
 // enqueue on the context's stream. They work on the same memory plan as the
 // CPU executors (the same offsets, in a device arena), so a weights region
 // is the same bytes on both devices. The input, views and combinators run
-// through the device-independent executors (model/executor.hpp,
+// through the device-independent executors (contract/executor.hpp,
 // model/chain_executor.hpp); a layer with no executor here is the primary
 // template's compile error, naming the layer and the device.
 //
@@ -41,8 +41,8 @@
 #include "typeflow/layers/layer_norm.hpp"
 #include "typeflow/layers/lora.hpp"
 #include "typeflow/layers/softmax.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 

@@ -14,8 +14,8 @@
 #include "typeflow/backend/cuda/pooling.hpp"
 #include "typeflow/layers/pooling.hpp"
 #include "typeflow/layers/zero_padding2d.hpp"
-#include "typeflow/model/executor.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/executor.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 namespace backend::cuda {

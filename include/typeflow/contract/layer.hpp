@@ -5,7 +5,7 @@
 // bind<InputShape, Context>. The bound type states the layer's compile-time
 // facts (output shape, parameters, FLOPs, whether its output or gradient may
 // share its input's buffer). What runs it is found elsewhere, per device:
-// executor<Spec, Layer, Batch, Device> (model/executor.hpp), specialised
+// executor<Spec, Layer, Batch, Device> (contract/executor.hpp), specialised
 // under backend/cpu and backend/cuda, works over fixed addresses in the
 // model's arena. Nothing here depends on a backend.
 #pragma once
@@ -298,7 +298,7 @@ struct layer_defaults {
 };
 
 // What executors without library primitives share: no scratchpad to bind
-// (see model/executor.hpp for the executor's contract).
+// (see contract/executor.hpp for the executor's contract).
 struct executor_defaults {
   std::size_t scratchpad_bytes() const { return 0; }
   void bind(std::byte*) {}

@@ -23,7 +23,7 @@
 #include <cstddef>
 
 #include "typeflow/backend/device.hpp"
-#include "typeflow/model/layer.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 
