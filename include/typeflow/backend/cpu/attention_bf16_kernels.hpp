@@ -41,7 +41,7 @@ inline constexpr int pair_panel_width = 16;  // pair words per panel row: one zm
 constexpr int pairs(int n) { return (n + 1) / 2; }
 
 // f(std::integral_constant<int, R>{}) for rows == R, 1 <= R <= 6 (a row
-// block, tile_rows): the kernels here and in attention.hpp take the row
+// block, tile_rows): the kernels here and in attention_kernels.hpp take the row
 // count as a template parameter, so that their accumulators stay in
 // registers.
 template <class F>
