@@ -45,19 +45,27 @@
 namespace typeflow {
 namespace backend::cuda {
 
+// How both attention executors compute under the layer's policy: the
+// products' precision, and where the kernels round (none in float32).
+template <class Layer>
+struct attention_precision {
+  using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
+  static constexpr bool low_precision = Layer::low_precision;
+  static constexpr bool bf16 = std::is_same_v<compute_value, typeflow::bf16>;
+  static constexpr gemm_precision product_precision =
+      !low_precision ? gemm_precision::float32 : bf16 ? gemm_precision::bfloat16 : gemm_precision::float16;
+  static constexpr attention_rounding rounding =
+      !low_precision ? attention_rounding::none : bf16 ? attention_rounding::bfloat16 : attention_rounding::float16;
+};
+
 template <class Layer, int Batch>
 class attention_executor {
   using params = typename Layer::params;
-  using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
-  static constexpr bool low_precision = Layer::low_precision;
-  static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
-                                                      : std::is_same_v<compute_value, typeflow::bf16>
-                                                          ? gemm_precision::bfloat16
-                                                          : gemm_precision::float16;
-  static constexpr attention_rounding rounding = !low_precision ? attention_rounding::none
-                                                 : std::is_same_v<compute_value, typeflow::bf16>
-                                                     ? attention_rounding::bfloat16
-                                                     : attention_rounding::float16;
+  using policy = attention_precision<Layer>;
+  using compute_value = typename policy::compute_value;  // float, f16 or bf16
+  static constexpr bool low_precision = policy::low_precision;
+  static constexpr gemm_precision product_precision = policy::product_precision;
+  static constexpr attention_rounding rounding = policy::rounding;
   static constexpr int T = Layer::steps, D = Layer::width, H = Layer::heads, hd = Layer::head_width;
   static constexpr int rows = Batch * T;
   static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
@@ -243,16 +251,11 @@ class attention_executor {
 template <class Layer, int Batch>
 class attention_decode_executor {
   using params = typename Layer::params;
-  using compute_value = typename Layer::compute_dtype::value_type;
-  static constexpr bool low_precision = Layer::low_precision;
-  static constexpr gemm_precision product_precision = !low_precision ? gemm_precision::float32
-                                                      : std::is_same_v<compute_value, typeflow::bf16>
-                                                          ? gemm_precision::bfloat16
-                                                          : gemm_precision::float16;
-  static constexpr attention_rounding rounding = !low_precision ? attention_rounding::none
-                                                 : std::is_same_v<compute_value, typeflow::bf16>
-                                                     ? attention_rounding::bfloat16
-                                                     : attention_rounding::float16;
+  using policy = attention_precision<Layer>;
+  using compute_value = typename policy::compute_value;  // float, f16 or bf16
+  static constexpr bool low_precision = policy::low_precision;
+  static constexpr gemm_precision product_precision = policy::product_precision;
+  static constexpr attention_rounding rounding = policy::rounding;
   static constexpr int D = Layer::width, H = Layer::heads, hd = Layer::head_width;
   static constexpr int length = Layer::decode_length;
   static constexpr int qkv_stride = static_cast<int>(std::tuple_element_t<0, typename params::tuple>::row_stride);
