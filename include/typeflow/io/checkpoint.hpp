@@ -34,6 +34,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -51,6 +52,7 @@
 
 #include "typeflow/core/excerpt.hpp"
 #include "typeflow/io/crc32c.hpp"
+#include "typeflow/io/durable_files.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/compiled.hpp"
 
@@ -318,15 +320,9 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
     if (file.get() < 0)
       throw std::runtime_error("cannot write checkpoint: cannot create \"" + path.string() + "\": " +
                                detail::errno_text(errno));
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(file.get(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        throw std::runtime_error("cannot write checkpoint: writing \"" + path.string() + "\" failed: " +
-                                 detail::errno_text(errno));
-      done += static_cast<std::size_t>(n);
-    }
+    if (const int error = detail::write_fully(file.get(), text.data(), text.size()); error != 0)
+      throw std::runtime_error("cannot write checkpoint: writing \"" + path.string() + "\" failed: " +
+                               detail::errno_text(error));
     if (::fsync(file.get()) != 0 || file.close_now() != 0)
       throw std::runtime_error("cannot write checkpoint: fsync of \"" + path.string() + "\" failed: " +
                                detail::errno_text(errno));

@@ -25,18 +25,16 @@
 // this reader accepts is read the same way by every other reader.
 //
 // The writer writes to a temporary file beside the target and renames it
-// into place, so a crash or an error never leaves a half-written checkpoint
-// where a good one used to be.
+// into place (io/durable_files.hpp), so a crash or an error never leaves a
+// half-written file where a good one used to be.
 #pragma once
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -50,13 +48,13 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include "typeflow/core/excerpt.hpp"
 #include "typeflow/io/compiled.hpp"
+#include "typeflow/io/durable_files.hpp"
 
 namespace typeflow::io {
 
@@ -143,60 +141,6 @@ inline std::string quoted(std::string_view text) { return "\"" + excerpt(text) +
 inline std::string byte_range(std::uint64_t begin, std::uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
 }
-
-inline std::string errno_text(int error) { return std::strerror(error); }
-
-// Whether process `pid` is gone, so that a temporary file or directory it
-// left is ours to remove.
-inline bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
-
-// Removes the entries of `directory` named "<prefix><pid>" or
-// "<prefix><pid>-<anything>" whose process is gone: a writer killed
-// mid-write leaves its temporary file or directory behind. is_prefix(name)
-// gives the prefix's length in name, or 0 when name is not one of them.
-template <class Prefix>
-void remove_abandoned(const std::filesystem::path& directory, Prefix&& is_prefix) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::size_t at = is_prefix(name);
-    if (at == 0 || at >= name.size()) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + at, &end, 10);
-    if (end == name.c_str() + at || (*end != '\0' && *end != '-')) continue;  // not a pid
-    if (pid == ::getpid() || !process_gone(pid)) continue;
-    std::filesystem::remove_all(entry.path(), ec);
-  }
-}
-
-// "<path>.tmp-<pid>[-<n>]" files beside path.
-inline void remove_abandoned_temporaries(const std::filesystem::path& path) {
-  const std::string prefix = path.filename().string() + ".tmp-";
-  remove_abandoned(path.has_parent_path() ? path.parent_path() : ".", [&](const std::string& name) {
-    return name.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : std::size_t{0};
-  });
-}
-
-// Closes a file descriptor on scope exit unless released.
-class fd_guard {
- public:
-  explicit fd_guard(int fd) noexcept : fd_(fd) {}
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  ~fd_guard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const noexcept { return fd_; }
-  // Closes now and reports close's own error (0 on success), which for a
-  // written file can be the first sign that the data did not reach the disk.
-  int close_now() noexcept {
-    const int fd = std::exchange(fd_, -1);
-    return fd >= 0 && ::close(fd) != 0 ? errno : 0;
-  }
-
- private:
-  int fd_;
-};
 
 }  // namespace detail
 
@@ -294,64 +238,12 @@ TYPEFLOW_IO_INLINE void write_safetensors(const std::filesystem::path& path,
   for (std::size_t i = 0; i < 8; ++i)
     length_prefix[i] = static_cast<unsigned char>(std::uint64_t{header_text.size()} >> (8 * i));
 
-  detail::remove_abandoned_temporaries(path);
-  static std::atomic<unsigned long> serial{0};
-  const std::filesystem::path temp_path = std::filesystem::path(path.string() + ".tmp-" + std::to_string(::getpid()) +
-                                                                "-" + std::to_string(serial++));
-
-  // Removes the temp file on every way out except success.
-  struct temp_file_guard {
-    const std::filesystem::path& temp;
-    bool committed = false;
-    ~temp_file_guard() {
-      if (!committed) ::unlink(temp.c_str());
-    }
-  } temp_guard{temp_path};
-
-  detail::fd_guard file(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (file.get() < 0) {
-    const int error = errno;
-    temp_guard.committed = true;  // nothing was created, and a same-named file is not ours
-    throw fail("cannot create temporary file \"" + temp_path.string() + "\": " + detail::errno_text(error));
-  }
-
-  const auto write_all = [&](const void* data, std::size_t size, const std::string& what) {
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    while (size > 0) {
-      // Linux writes at most about 2 GiB per call; ask for 1 GiB at a time.
-      const ssize_t written = ::write(file.get(), bytes, std::min<std::size_t>(size, std::size_t{1} << 30));
-      if (written < 0) {
-        const int error = errno;
-        if (error == EINTR) continue;
-        throw fail("writing " + what + " to \"" + temp_path.string() + "\" failed: " + detail::errno_text(error));
-      }
-      bytes += written;
-      size -= static_cast<std::size_t>(written);
-    }
-  };
-  write_all(length_prefix.data(), length_prefix.size(), "the header length");
-  write_all(header_text.data(), header_text.size(), "the header");
-  for (const tensor_to_write& t : tensors)
-    if (t.bytes > 0) write_all(t.data, t.bytes, "tensor " + detail::quoted(t.name));
-
-  if (::fsync(file.get()) != 0) {
-    const int error = errno;
-    throw fail("fsync of \"" + temp_path.string() + "\" failed: " + detail::errno_text(error));
-  }
-  if (const int error = file.close_now(); error != 0)
-    throw fail("closing \"" + temp_path.string() + "\" failed: " + detail::errno_text(error));
-
-  std::error_code rename_error;
-  std::filesystem::rename(temp_path, path, rename_error);
-  if (rename_error)
-    throw fail("renaming \"" + temp_path.string() + "\" onto it failed: " + rename_error.message());
-  temp_guard.committed = true;
-
-  // Make the rename itself durable. The new file is already in place, so a
-  // failure here is not reported: it would say the write failed when it did not.
-  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
-  detail::fd_guard dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() >= 0) ::fsync(dir.get());
+  detail::write_atomically(path, fail, [&](const auto& write) {
+    write(length_prefix.data(), length_prefix.size(), "the header length");
+    write(header_text.data(), header_text.size(), "the header");
+    for (const tensor_to_write& t : tensors)
+      if (t.bytes > 0) write(t.data, t.bytes, "tensor " + detail::quoted(t.name));
+  });
 }
 #else
 ;
