@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "typeflow/distribute/nccl.hpp"
+#include "typeflow/distribute/bucketed_all_reduce.hpp"
 
 namespace cu = typeflow::backend::cuda;
 namespace td = typeflow::distribute;

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "typeflow/distribute/nccl.hpp"
+#include "typeflow/distribute/bucketed_all_reduce.hpp"
 #include "typeflow/distribute/multi_worker.hpp"
 
 namespace cu = typeflow::backend::cuda;

@@ -1,5 +1,5 @@
 // How the gradient region is cut into all-reduce buckets, for overlapping the
-// gradient all-reduce with the backward pass (distribute/nccl.hpp's
+// gradient all-reduce with the backward pass (distribute/bucketed_all_reduce.hpp's
 // bucketed_all_reduce). Pure host logic, no CUDA: tested on the CPU.
 //
 // The gradients of all layers lie in one flat float array, layer after layer

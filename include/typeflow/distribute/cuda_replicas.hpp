@@ -29,7 +29,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "typeflow/distribute/nccl.hpp"
+#include "typeflow/distribute/bucketed_all_reduce.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"

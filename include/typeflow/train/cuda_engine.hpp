@@ -47,7 +47,6 @@
 #include "typeflow/backend/cuda/losses.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/device_optimizer.hpp"
-#include "typeflow/distribute/nccl.hpp"
 #include "typeflow/backend/cuda/regularization.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
