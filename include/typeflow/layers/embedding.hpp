@@ -171,6 +171,19 @@ struct token_embedding_of<Net> {
 };
 }  // namespace detail
 
+// A batch's features, where Net's first layer reads them as token ids (a
+// sequential network starting with an embedding, int32 features): checked
+// on the host, as the CPU layer checks them, by a device whose kernels
+// would only give an out-of-range id a zero row. Nothing for other networks.
+template <class Net, class Batch>
+void check_token_ids_of(const Batch& batch) {
+  using layer = typename detail::token_embedding_of<Net>::type;
+  using feature = std::remove_cvref_t<decltype(*batch.features.data())>;
+  if constexpr (!std::is_void_v<layer> && std::is_same_v<feature, std::int32_t>)
+    check_token_ids<layer::vocab, layer::dim>(batch.features.data(),
+                                              static_cast<std::ptrdiff_t>(Batch::size) * layer::length, layer::length);
+}
+
 struct tied_logits {
   static std::string type_name() { return "tied_logits"; }
 

@@ -23,38 +23,33 @@
 // distribute/cuda_replicas.hpp's.
 #pragma once
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "typeflow/backend/cuda/layers.hpp"
 #include "typeflow/backend/cuda/losses.hpp"
-#include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/regularization.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
-#include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
 #include "typeflow/backend/device.hpp"
 #include "typeflow/distribute/cuda_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/train/arena.hpp"
+#include "typeflow/train/cuda_replica.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
@@ -62,7 +57,6 @@
 #include "typeflow/train/label_check.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
-#include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
@@ -81,7 +75,6 @@ class engine<Net, Policy, Strategy, cuda> {
   using program_type = step_program<Net, N, cuda>;
   // model::generate's: the network bound for one position of one sample.
   using decoder_type = step_program<typename Net::decoder, 1, cuda>;
-  static constexpr std::size_t gemm_workspace_bytes = std::size_t{32} << 20;
   using step_state = optimizers::device::step_state;
   static constexpr bool loss_scaling = Policy::loss_scaling;
   using output_shape_type = typename Net::output_shape_type;
@@ -89,6 +82,10 @@ class engine<Net, Policy, Strategy, cuda> {
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
   static constexpr bool has_regularizers = Net::has_regularizers;
+  using replica = cuda_replica<Net>;  // one device and everything on it
+  using decoder_view = cuda_decoder_view<Net>;
+  template <class>
+  friend struct cuda_replica;  // it lays out its programs against the engine's arena and weights
 
   // The per-replica batch: mirrored<N> splits the global batch into N shards.
   template <int Batch>
@@ -189,13 +186,13 @@ class engine<Net, Policy, Strategy, cuda> {
       download_weights();
       penalty = apply_regularizers<Net>(host_.data(), false);
     }
-    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(*this), penalty);
+    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(), penalty);
   }
 
   // The outputs for every sample of `data`, in inference mode, on replica 0.
   template <class Data>
   std::vector<float> predict(const Data& data) {
-    return predict_loop<Net>(data, inference_pass<Data::element_type::size>(*this));
+    return predict_loop<Net>(data, inference_pass<Data::element_type::size>());
   }
 
   // model::generate on replica 0's device: the decoder's programs keeps its
@@ -311,186 +308,6 @@ class engine<Net, Policy, Strategy, cuda> {
     return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::trainable_bytes;
   }
 
-  struct staging_buffers {
-    backend::cuda::pinned_buffer host;
-    backend::cuda::device_buffer device;
-    backend::cuda::event copied;
-  };
-
-  // Checks the device and makes it current, before any member after it
-  // creates a stream or allocates: they all belong to it.
-  struct chosen_device {
-    int index;
-    explicit chosen_device(int d) : index(d) { TYPEFLOW_CUDA_CHECK(cudaSetDevice(d)); }
-    operator int() const { return index; }
-  };
-
-  // One replica: a device and everything on it.
-  struct replica {
-    chosen_device device;
-    run_state run;  // its seed draws its dropout masks; training says which pass is enqueued
-    backend::cuda::stream compute, copy;
-    backend::cuda::lt_handle lt;
-    backend::cuda::device_buffer gemm_workspace{gemm_workspace_bytes};
-    backend::cuda::device_buffer step_device{sizeof(backend::cuda::step_values)};
-    backend::cuda::pinned_buffer step_host{sizeof(backend::cuda::step_values)};
-    // The optimizer's step state as the last step left it (iterations, loss
-    // scale, skipped steps), copied back by each step.
-    backend::cuda::pinned_buffer state_host{sizeof(step_state)};
-    backend::cuda::device_buffer arena;
-    std::unique_ptr<backend::cuda::device_optimizer_base> optimizer;
-    program_slot program;
-    std::array<staging_buffers, 2> staging;
-    std::size_t feature_bytes = 0, label_bytes = 0;
-    backend::cuda::pinned_buffer results_host;  // row losses (evaluate), then outputs
-    // A training step's scalars, reduced on the device: the mean loss and
-    // the regularizers' penalty; and their copy on the host.
-    backend::cuda::device_buffer step_scalars{2 * sizeof(float)};
-    backend::cuda::pinned_buffer step_scalars_host{2 * sizeof(float)};
-    // The regularized tensors (train/regularization.hpp) and the penalty's partial sums.
-    backend::cuda::device_buffer regularization_table, regularization_partials;
-    int regularized_tensors = 0;
-    std::array<backend::cuda::graph, 2> train_graph;
-
-    // What its executors share: everything is enqueued on the compute stream.
-    backend::cuda::context context{compute.get(), lt.get(), gemm_workspace.data(), gemm_workspace_bytes,
-                                   step_device.template data<backend::cuda::step_values>()};
-
-    replica(int d, std::uint64_t replica_seed) : device(d) {
-      run.seed = replica_seed;
-      if constexpr (has_regularizers) {
-        std::vector<backend::cuda::regularization_entry> entries;
-        for (const regularized_tensor& t : typeflow::regularized_tensors<Net>())
-          entries.push_back({t.offset, t.size, t.l1, t.l2});
-        regularized_tensors = static_cast<int>(entries.size());
-        regularization_table = backend::cuda::device_buffer(entries.size() * sizeof(entries[0]));
-        backend::cuda::copy_to_device(regularization_table.data(), entries.data(), regularization_table.size());
-        regularization_partials = backend::cuda::device_buffer(backend::cuda::regularization_partials_bytes);
-      }
-    }
-    const float* scalars() const { return step_scalars_host.template data<float>(); }  // [mean loss, penalty]
-
-    step_state* state_mirror() const { return state_host.template data<step_state>(); }
-    float* results() const { return results_host.template data<float>(); }
-    // The staged batch's labels: int32 class ids or float targets, as the loss takes.
-    const void* labels_on_device(int parity) const {
-      return staging[static_cast<std::size_t>(parity)].device.data() + feature_bytes;
-    }
-    template <class Label>
-    const Label* labels_on_host(int parity) const {
-      return reinterpret_cast<const Label*>(staging[static_cast<std::size_t>(parity)].host.data() + feature_bytes);
-    }
-    void forget_program() {
-      for (auto& g : train_graph) g.reset();
-      program.reset();
-    }
-
-    // The arena for batch size N (growing keeps the weights, gradients and
-    // slots), its program, and the staging buffers, once per size.
-    // Program (a step program of ProgramNet at batch N) in the arena after
-    // the weights, gradients and slots, replacing the one held; the arena
-    // grows to its plan, keeping what lies below step_base.
-    template <class Program, class ProgramNet, int N, class Model>
-    Program& emplace_program(Model& m, int marker) {
-      backend::cuda::device_guard on(device);
-      using plan = memory_plan<ProgramNet, N, 0>;
-      const std::size_t step_base = m.step_base();
-      const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
-      if (arena.size() < total) {
-        backend::cuda::device_buffer grown(total);
-        TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, total, compute.get()));
-        if (arena.size())
-          TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena.data(), std::min(step_base, arena.size()),
-                                              cudaMemcpyDeviceToDevice, compute.get()));
-        compute.synchronize();
-        arena = std::move(grown);
-      }
-      forget_program();
-      m.replication_.forget();  // the gradient regions may have moved
-      return program.template emplace<Program>(marker, arena.data(), step_base, context, run);
-    }
-
-    template <int N, class Model>
-    program_type<N>& program_for(Model& m) {
-      if (!program.template find<program_type<N>>(N)) {
-        emplace_program<program_type<N>, Net, N>(m, N);
-        // Two pinned host buffers and two device buffers, so batch k + 1
-        // moves while step k runs.
-        feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
-                        sizeof(typename Net::input_dtype::value_type);
-        label_bytes = static_cast<std::size_t>(N) * m.label_values_per_sample_ * sizeof(float);  // or int32
-        for (auto& s : staging) {
-          s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes);
-          s.device = backend::cuda::device_buffer(feature_bytes + label_bytes);
-          s.copied = backend::cuda::event();
-        }
-        const std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
-        results_host = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float));
-      }
-      if (!m.device_has_weights_) m.upload_weights();
-      return program.template get<program_type<N>>();
-    }
-
-    // The decoder, in the arena after the weights, gradients and slots as a
-    // training program would be (it replaces the one held), once.
-    template <class Model>
-    decoder_type& decoder_for(Model& m) {
-      constexpr int marker = -1;
-      if (!program.template find<decoder_type>(marker))
-        emplace_program<decoder_type, typename Net::decoder, 1>(m, marker);
-      if (!m.device_has_weights_) m.upload_weights();
-      return program.template get<decoder_type>();
-    }
-
-    // Copies one batch (or shard) into pinned memory and queues its upload.
-    void stage(const void* features, const void* labels, int parity) {
-      auto& s = staging[static_cast<std::size_t>(parity)];
-      std::memcpy(s.host.data(), features, feature_bytes);
-      std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
-      enqueue_upload(s, 0, feature_bytes + label_bytes);
-    }
-    // The features only (predict: the dataset may have no class ids).
-    void stage_features(const void* features, int parity) {
-      auto& s = staging[static_cast<std::size_t>(parity)];
-      std::memcpy(s.host.data(), features, feature_bytes);
-      enqueue_upload(s, 0, feature_bytes);
-    }
-    // The labels only (evaluate, after stage_features).
-    void stage_labels(const void* labels, int parity) {
-      auto& s = staging[static_cast<std::size_t>(parity)];
-      std::memcpy(s.host.data() + feature_bytes, labels, label_bytes);
-      enqueue_upload(s, feature_bytes, label_bytes);
-    }
-    void enqueue_upload(staging_buffers& s, std::size_t from, std::size_t bytes) {
-      backend::cuda::device_guard on(device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(s.device.data() + from, s.host.data() + from, bytes,
-                                          cudaMemcpyHostToDevice, copy.get()));
-      s.copied.record(copy.get());
-    }
-  };
-
-
-  // generate_tokens' view of the decoder on the device: input() is a token
-  // on the host; forward() uploads it, runs the decoder and brings the
-  // logits back (output()), waiting for them.
-  struct decoder_view {
-    decoder_type& program;
-    replica& r;
-    std::int32_t token = 0;
-    std::vector<float> logits = std::vector<float>(classes);
-
-    std::int32_t* input() { return &token; }
-    void forward() {
-      const cudaStream_t s = r.compute.get();
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), &token, sizeof token, cudaMemcpyHostToDevice, s));
-      program.forward();
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(logits.data(), program.output(), logits.size() * sizeof(float),
-                                          cudaMemcpyDeviceToHost, s));
-      r.compute.synchronize();
-    }
-    const float* output() const { return logits.data(); }
-  };
-
   // Every replica's program for the shard size, and the strategy's
   // all-reduce over their gradient regions.
   template <int Shard>
@@ -516,7 +333,7 @@ class engine<Net, Policy, Strategy, cuda> {
     // its own step would start, after step k has finished.
     refused_[static_cast<std::size_t>(parity)] = nullptr;
     try {
-      check_token_ids_of(batch);
+      check_token_ids_of<Net>(batch);
       check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
     } catch (const std::logic_error&) {  // invalid_argument, out_of_range
       refused_[static_cast<std::size_t>(parity)] = std::current_exception();
@@ -628,17 +445,6 @@ class engine<Net, Policy, Strategy, cuda> {
     return offsets;
   }
 
-  // Row losses and outputs back to pinned memory, for evaluate's loss and metrics.
-  template <class Program>
-  static void record_results_download(replica& r, Program& program, int rows, cudaStream_t s) {
-    float* host = r.results();
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host + rows, program.output(),
-                                        static_cast<std::size_t>(rows) * classes * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
-  }
-
   // Waits for the step, then updates the loss mean and metrics on the host.
   template <int Shard, class Label>
   double finish_train_step(int parity) {
@@ -675,74 +481,16 @@ class engine<Net, Policy, Strategy, cuda> {
     return loss;
   }
 
-  // predict's and evaluate's view of replica 0's program for batch size N
-  // (train/inference_loop.hpp): each call waits for the device.
+  // predict's and evaluate's view of replica 0's program for batch size N.
   template <int N>
-  struct inference_pass {
-    static constexpr int rows = N * static_cast<int>(rows_per_sample);
-    engine& e;
-    replica& r;
-    program_type<N>& program;
-    backend::cuda::device_guard on;
-    explicit inference_pass(engine& owner)
-        : e(owner), r(*owner.replicas_[0]), program(r.template program_for<N>(owner)), on(r.device) {}
-
-    template <class Batch>
-    void forward(const Batch& batch) {
-      check_token_ids_of(batch);
-      r.stage_features(batch.features.data(), 0);
-      r.staging[0].copied.wait_on(r.compute.get());
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[0].device.data(), r.feature_bytes,
-                                          cudaMemcpyDeviceToDevice, r.compute.get()));
-      r.run.training = false;
-      program.forward();
-    }
-    void append_outputs(std::vector<float>& to, std::size_t count) {
-      const std::size_t at = to.size();
-      to.resize(at + count);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to.data() + at, program.output(), count * sizeof(float),
-                                          cudaMemcpyDeviceToHost, r.compute.get()));
-      r.compute.synchronize();
-    }
-    // The loss over the valid rows; the row losses and outputs come back.
-    template <class Batch>
-    double loss(const Batch& batch) {
-      e.template check_label_bytes<Batch>();
-      const int valid_rows = batch.valid * static_cast<int>(rows_per_sample);
-      r.stage_labels(batch.labels.data(), 0);
-      r.staging[0].copied.wait_on(r.compute.get());
-      e.loss_->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(), rows,
-                      classes, valid_rows, r.compute.get());
-      record_results_download(r, program, rows, r.compute.get());
-      r.compute.synchronize();
-      double sum = 0;
-      for (int i = 0; i < valid_rows; ++i) sum += r.results()[i];
-      return valid_rows > 0 ? sum / valid_rows : 0.0;
-    }
-    const float* outputs() const { return r.results() + rows; }
-  };
-
-  // A sequential network's first embedding reads the int32 features as
-  // token ids: they are checked here, on the host, as the CPU layer checks
-  // them (the kernels would only give an out-of-range id a zero row).
-  template <class Batch>
-  static void check_token_ids_of(const Batch& batch) {
-    using layer = typename detail::token_embedding_of<Net>::type;
-    using feature = std::remove_cvref_t<decltype(*batch.features.data())>;
-    if constexpr (!std::is_void_v<layer> && std::is_same_v<feature, std::int32_t>)
-      check_token_ids<layer::vocab, layer::dim>(batch.features.data(),
-                                                static_cast<std::ptrdiff_t>(Batch::size) * layer::length, layer::length);
+  cuda_inference_pass<Net, N> inference_pass() {
+    replica& r = *replicas_[0];
+    return {r, r.template program_for<N>(*this), loss_.get(), label_values_per_sample_, training_};
   }
 
-  // The batch's labels are what the compiled loss takes: one int32 class id
-  // per output row (sparse), or one float per output value (dense).
   template <class Batch>
   void check_label_bytes() const {
-    constexpr std::size_t per_sample = Batch::label_type::size;
-    if (per_sample != label_values_per_sample_ || sizeof(typename Batch::label_value) != sizeof(float))
-      throw std::invalid_argument("model<..., cuda>: the batch has " + std::to_string(per_sample) +
-                                  " label values per sample; the loss (" + std::string(training_.loss->name()) +
-                                  ") takes " + std::to_string(label_values_per_sample_));
+    check_device_label_bytes<Batch>(label_values_per_sample_, training_.loss->name());
   }
 
   void restart_loss_scale(step_state fresh) {
