@@ -9,15 +9,21 @@
 // the offsets below are in values (4-byte slots) within one sample's row.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/shape.hpp"
+#include "typeflow/contract/layer.hpp"
 
 namespace typeflow {
 
@@ -113,5 +119,50 @@ constexpr std::size_t output_index(std::string_view name) {
     if (network_io<Net>::outputs[j].name == name) return j;
   return network_io<Net>::output_count;
 }
+
+// predict's packed rows (samples, the outputs' sizes side by side) as one
+// array per output, (samples, its shape), by name.
+template <class Net>
+std::map<std::string, std::vector<float>, std::less<>> unpack_outputs(const std::vector<float>& packed) {
+  using io = network_io<Net>;
+  constexpr std::size_t width = Net::output_shape_type::size;
+  const std::size_t samples = packed.size() / width;
+  std::map<std::string, std::vector<float>, std::less<>> out;
+  for (const io_part& o : io::outputs) {
+    std::vector<float>& values = out[std::string(o.name)];
+    values.resize(samples * o.size);
+    for (std::size_t r = 0; r < samples; ++r)
+      std::copy_n(packed.data() + r * width + o.offset, o.size, values.data() + r * o.size);
+  }
+  return out;
+}
+
+namespace detail {
+// The precision of a layer's results: its compute dtype, unless it says
+// otherwise (tied_logits: 16-bit operands, float32 logits).
+template <class Layer>
+struct result_dtype_of {
+  using type = typename Layer::compute_dtype;
+};
+template <class Layer>
+  requires requires { typename Layer::result_dtype; }
+struct result_dtype_of<Layer> {
+  using type = typename Layer::result_dtype;
+};
+// The precision of the values the loss receives: the last layer's,
+// looking through the layers that pass their input's dtype on (relu after a
+// dense receives the dense's rounding).
+template <class Net, std::size_t I = Net::layer_count - 1>
+struct loss_input_dtype {
+  using type = std::conditional_t<
+      I == 0 || dtype_flow_of<typename Net::template spec<I>> != dtype_flow::passes_through,
+      typename result_dtype_of<typename Net::template layer<I>>::type,
+      typename loss_input_dtype<Net, (I > 0 ? I - 1 : 0)>::type>;
+};
+template <class Net>
+struct loss_input_dtype<Net, 0> {
+  using type = float32;
+};
+}  // namespace detail
 
 }  // namespace typeflow

@@ -62,4 +62,16 @@ std::string policy_name() {
 template <class P, class C, class O>
 inline constexpr bool is_policy_v<policy<P, C, O>> = true;
 
+namespace detail {
+// model<Net, float32> means the float32 policy.
+template <class Policy>
+struct policy_of {
+  using type = Policy;
+};
+template <>
+struct policy_of<float32> {
+  using type = float32_policy;
+};
+}  // namespace detail
+
 }  // namespace typeflow

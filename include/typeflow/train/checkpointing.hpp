@@ -29,11 +29,13 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +45,7 @@
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/io/json_fields.hpp"
 #include "typeflow/io/safetensors.hpp"
+#include "typeflow/train/compiled.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
 #include "typeflow/io/compiled.hpp"
@@ -131,6 +134,15 @@ TYPEFLOW_IO_INLINE nlohmann::ordered_json make_checkpoint_manifest(const checkpo
 ;
 #endif
 
+// A tensor of a checkpoint's state.safetensors as floats (its dtype and
+// size checked before).
+inline std::vector<float> checkpoint_floats(const io::safetensors_file& tensors, const std::string& name) {
+  const auto bytes = tensors.data(name);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
 // Checks the manifest against this model (identity, and the optimizer that
 // compile() was given) and returns its counters; `tensors`, the checkpoint's
 // state.safetensors, holds the callbacks' float arrays that "fit" names. Throws std::runtime_error
@@ -211,10 +223,7 @@ TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::
           if (!t || t->dtype != "F32")
             throw std::invalid_argument("its manifest names the tensor \"" + name +
                                         "\", which state.safetensors lacks or holds as another dtype than F32");
-          const auto bytes = tensors->data(name);
-          std::vector<float> values(bytes.size() / sizeof(float));
-          std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-          return values;
+          return checkpoint_floats(*tensors, name);
         });
       } catch (const std::invalid_argument& e) {
         throw fail("has a malformed \"fit\" in manifest.json: " + std::string(e.what()));
@@ -231,5 +240,59 @@ TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::
 #else
 ;
 #endif
+
+// The tensors save_checkpoint writes: "parameters" (the whole region, padding
+// included), "optimizer.slot.<s>" (each slot's trainable part: frozen layers
+// have none) and, written during fit, "callbacks.<key>.<name>".
+// slot_values(s) gives slot s; the tensors point into what the arguments hold.
+template <class Net, class SlotValues>
+std::vector<io::tensor_to_write> checkpoint_tensors(std::span<const float> region, int slots, SlotValues&& slot_values,
+                                                    const std::optional<fit_snapshot>& fit) {
+  std::vector<io::tensor_to_write> tensors;
+  const std::int64_t trainable = static_cast<std::int64_t>(Net::trainable_floats);
+  tensors.push_back({"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}, region.data(),
+                     region.size_bytes()});
+  for (int s = 0; s < slots; ++s) {
+    const std::span<const float> slot = slot_values(s);
+    tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {trainable}, slot.data(), slot.size_bytes()});
+  }
+  if (fit)
+    for (const auto& [key, state] : fit->callbacks)
+      for (const auto& [name, values] : state.tensors)
+        tensors.push_back({"callbacks." + key + "." + name, "F32", {static_cast<std::int64_t>(values.size())},
+                           values.data(), values.size() * sizeof(float)});
+  return tensors;
+}
+
+// load_checkpoint's check of state.safetensors: every tensor
+// checkpoint_tensors writes, of its size (the callbacks' as the file holds
+// them: read_checkpoint_manifest checked their dtype), and nothing else.
+template <class Net>
+void check_checkpoint_tensors(const io::safetensors_file& tensors, int slots) {
+  std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
+  for (int s = 0; s < slots; ++s)
+    expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
+  for (const auto& t : tensors.tensors())
+    if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
+  io::check_tensors_match(tensors, expected);
+}
+
+// What the model's optimizer must be able to take of a checkpoint: fewer
+// accumulated micro-batches than it updates after, and a constant learning
+// rate only where its rate is not a schedule.
+inline void check_checkpoint_optimizer(const checkpoint_counters& c, const detail::optimizer_base& optimizer,
+                                       const std::filesystem::path& path) {
+  const auto refuse = [&](const std::string& why) {
+    throw std::runtime_error("load_checkpoint: \"" + path.string() + "\" " + why);
+  };
+  const int per_update = optimizer.micro_batches_per_update();
+  if (c.pending_micro_batches >= per_update)
+    refuse("holds " + std::to_string(c.pending_micro_batches) + " accumulated micro-batches, but " +
+           (per_update == 1 ? std::string("the optimizer does not accumulate")
+                            : "the optimizer updates every " + std::to_string(per_update) + " (accumulate<" +
+                                  std::to_string(per_update) + ">)"));
+  if (c.learning_rate && !optimizer.constant_learning_rate())
+    refuse("holds a constant learning rate, but this optimizer's learning rate is a schedule");
+}
 
 }  // namespace typeflow

@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "typeflow/model/memory_plan.hpp"
+
 namespace typeflow {
 
 inline constexpr std::uint64_t KiB = std::uint64_t{1} << 10;
@@ -71,5 +73,22 @@ struct budget_of_plan {
     }
   }
 };
+
+// The memory plan of Net for batch size N, per device (over Replicas
+// devices, each takes its share), against Budget: without the optimizer's
+// slots at compile time, with them (`slots`) at run time, before fit,
+// train_on_batch, evaluate or predict allocates anything.
+template <class Budget, class Net, int N, int Replicas>
+void check_device_budget(int slots, const char* where) {
+  if constexpr (Budget::bytes > 0) {
+    constexpr int per_device = N % Replicas == 0 ? N / Replicas : N;  // else the strategy's error
+    using budget = budget_of_plan<Budget, memory_plan<Net, per_device, 0>>;
+    static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
+                  "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
+                  "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "
+                  "recompute<> blocks or mirrored<N>");
+    budget::check_slots(slots, where);
+  }
+}
 
 }  // namespace typeflow

@@ -43,6 +43,7 @@
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/weights_options.hpp"
 #include "typeflow/model/memory_plan.hpp"
+#include "typeflow/model/network_io.hpp"
 #include "typeflow/model/sequential.hpp"
 #include "typeflow/model/summary.hpp"
 #include "typeflow/precision/loss_scale.hpp"
@@ -64,43 +65,6 @@
 
 namespace typeflow {
 
-namespace detail {
-// model<Net, float32> means the float32 policy.
-template <class Policy>
-struct policy_of {
-  using type = Policy;
-};
-template <>
-struct policy_of<float32> {
-  using type = float32_policy;
-};
-
-// The precision of a layer's results: its compute dtype, unless it says
-// otherwise (tied_logits: 16-bit operands, float32 logits).
-template <class Layer>
-struct result_dtype_of {
-  using type = typename Layer::compute_dtype;
-};
-template <class Layer>
-  requires requires { typename Layer::result_dtype; }
-struct result_dtype_of<Layer> {
-  using type = typename Layer::result_dtype;
-};
-// The precision of the values the loss receives: the last layer's,
-// looking through the layers that pass their input's dtype on (relu after a
-// dense receives the dense's rounding).
-template <class Net, std::size_t I = Net::layer_count - 1>
-struct loss_input_dtype {
-  using type = std::conditional_t<
-      I == 0 || dtype_flow_of<typename Net::template spec<I>> != dtype_flow::passes_through,
-      typename result_dtype_of<typename Net::template layer<I>>::type,
-      typename loss_input_dtype<Net, (I > 0 ? I - 1 : 0)>::type>;
-};
-template <class Net>
-struct loss_input_dtype<Net, 0> {
-  using type = float32;
-};
-}  // namespace detail
 
 template <class Network, class Policy = float32, class Strategy = single_device, class Device = cpu,
           class Budget = no_device_budget>
@@ -260,7 +224,7 @@ class model {
     training_state<Net>::template check_batch_type<typename Dataset::element_type>();
     check_budget<Dataset::element_type::size>(0, "predict");
     if constexpr (network_io<Net>::packed_outputs)
-      return unpack_outputs(engine_.predict(data));
+      return unpack_outputs<Net>(engine_.predict(data));
     else
       return engine_.predict(data);
   }
@@ -297,7 +261,8 @@ class model {
       if (options.merge_lora && p.lora_scale != 0.f) return;  // folded into its kernel
       std::string name = options.rename ? options.rename(p.name) : p.name;
       if (name.empty()) return;
-      values.push_back(options.merge_lora ? merged_values(p, region.data()) : values_of(p, region.data()));
+      values.push_back(options.merge_lora ? parameters::merged_values(p, region.data())
+                                          : parameters::values_of(p, region.data()));
       tensors.push_back({std::move(name), "F32", p.shape, values.back().data(), p.size * sizeof(float)});
     });
     io::write_safetensors(path, tensors, options.metadata);
@@ -312,7 +277,7 @@ class model {
     const std::span<float> region = engine_.writable_parameters();
     parameters::for_each([&](const parameter_info& p) {
       const auto bytes = file.data(p.name);
-      const auto view = stored(p, region.data());
+      const auto view = parameters::stored(p, region.data());
       for (std::size_t i = 0; i < p.size; ++i) std::memcpy(&view[i], bytes.data() + i * sizeof(float), sizeof(float));
     });
   }
@@ -332,7 +297,7 @@ class model {
     const std::span<float> region = engine_.writable_parameters();
     for (const io::weights_copy& c : plan.copies) {
       const std::vector<float> values = io::read_float32(file, c.file_name);
-      std::copy(values.begin(), values.end(), stored(parameters::find(c.model_name), region.data()).begin());
+      std::copy(values.begin(), values.end(), parameters::stored(parameters::find(c.model_name), region.data()).begin());
     }
     return std::move(plan.report);
   }
@@ -349,21 +314,9 @@ class model {
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
     training_.require_compiled("save_checkpoint");
     if (!is_chief()) return dir / io::detail::checkpoint_name(training_.iterations);
-    const auto region = engine_.parameters();
-    std::vector<io::tensor_to_write> tensors;
-    const std::int64_t floats = static_cast<std::int64_t>(Net::parameter_floats);
-    const std::int64_t trainable = static_cast<std::int64_t>(Net::trainable_floats);
-    tensors.push_back({"parameters", "F32", {floats}, region.data(), region.size_bytes()});
-    for (int s = 0; s < training_.slots; ++s) {
-      const std::span<const float> slot = engine_.slot_values(s);
-      tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {trainable}, slot.data(), slot.size_bytes()});
-    }
     const std::optional<fit_snapshot> fit = training_.snapshot();
-    if (fit)
-      for (const auto& [key, state] : fit->callbacks)
-        for (const auto& [name, values] : state.tensors)
-          tensors.push_back({"callbacks." + key + "." + name, "F32", {static_cast<std::int64_t>(values.size())},
-                             values.data(), values.size() * sizeof(float)});
+    const std::vector<io::tensor_to_write> tensors = checkpoint_tensors<Net>(
+        engine_.parameters(), training_.slots, [&](int s) { return engine_.slot_values(s); }, fit);
     checkpoint_counters counters = saved_counters();
     counters.fit = fit;
     return io::write_checkpoint(dir, training_.iterations, tensors, make_checkpoint_manifest(checkpoint_id(), counters),
@@ -385,35 +338,15 @@ class model {
     const io::checkpoint_read read = io::read_checkpoint(dir);
     const checkpoint_counters c = read_checkpoint_manifest(read.manifest, read.path, checkpoint_id(),
                                                            training_.optimizer->name(), training_.slots, &read.tensors);
-    // Every tensor there and of the right size, before anything is copied.
-    std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
-    for (int s = 0; s < training_.slots; ++s)  // the trainable part's (frozen layers have no slots)
-      expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
-    for (const auto& t : read.tensors.tensors())  // the callbacks' (read_checkpoint_manifest checked their dtype)
-      if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
-    io::check_tensors_match(read.tensors, expected);
-    // What this model's optimizer can take, still before anything changes.
-    const auto refuse = [&](const std::string& why) {
-      throw std::runtime_error("load_checkpoint: \"" + read.path.string() + "\" " + why);
-    };
-    const int per_update = training_.optimizer->micro_batches_per_update();
-    if (c.pending_micro_batches >= per_update)
-      refuse("holds " + std::to_string(c.pending_micro_batches) + " accumulated micro-batches, but " +
-             (per_update == 1 ? std::string("the optimizer does not accumulate")
-                              : "the optimizer updates every " + std::to_string(per_update) +
-                                    " (accumulate<" + std::to_string(per_update) + ">)"));
-    if (c.learning_rate && !training_.optimizer->constant_learning_rate())
-      refuse("holds a constant learning rate, but this optimizer's learning rate is a schedule");
-    const auto floats_of = [&](const std::string& name) {
-      const auto bytes = read.tensors.data(name);
-      std::vector<float> values(bytes.size() / sizeof(float));  // checked above: the region's or a slot's size
-      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-      return values;
-    };
+    // Every tensor there and of the right size, and what this model's
+    // optimizer can take, before anything is copied.
+    check_checkpoint_tensors<Net>(read.tensors, training_.slots);
+    check_checkpoint_optimizer(c, *training_.optimizer, read.path);
     if (c.learning_rate) set_learning_rate(*c.learning_rate);
-    const std::vector<float> weights = floats_of("parameters");
+    const std::vector<float> weights = checkpoint_floats(read.tensors, "parameters");
     std::ranges::copy(weights, engine_.writable_parameters().begin());
-    for (int s = 0; s < training_.slots; ++s) engine_.set_slot_values(s, floats_of("optimizer.slot." + std::to_string(s)));
+    for (int s = 0; s < training_.slots; ++s)
+      engine_.set_slot_values(s, checkpoint_floats(read.tensors, "optimizer.slot." + std::to_string(s)));
     training_.iterations = c.iterations;
     training_.optimizer->restore_pending_micro_batches(c.pending_micro_batches);
     training_.epoch_counter = c.epochs_begun;
@@ -436,7 +369,7 @@ class model {
   // layer with lora<>: W + Alpha / Rank · A · B), else its values: what a
   // model of the same layers without lora<> holds there (merge_lora).
   std::vector<float> merged_parameter(std::string_view name) const {
-    return merged_values(parameters::find(name), engine_.parameters().data());
+    return parameters::merged_values(parameters::find(name), engine_.parameters().data());
   }
 
   // A parameter's values by name, e.g. "layers.1.kernel", in the tensor's
@@ -445,7 +378,7 @@ class model {
   // the next step.
   strided_view<float> parameter(std::string_view name) {
     const parameter_info p = parameters::find(name);
-    return stored(p, engine_.writable_parameters().data());
+    return parameters::stored(p, engine_.writable_parameters().data());
   }
   // The gradient of the last training step for a parameter (a frozen one has none).
   strided_view<const float> gradient(std::string_view name) const {
@@ -453,7 +386,7 @@ class model {
     if (!p.trainable)
       throw std::invalid_argument("gradient: " + p.name +
                                   " is frozen (inside frozen<...>, or a kernel with lora<>): it has no gradient");
-    const auto view = stored(p, engine_.gradients().data());
+    const auto view = parameters::stored(p, engine_.gradients().data());
     return {view.storage(), view.size(), view.row_length(), view.row_stride()};
   }
 
@@ -570,22 +503,6 @@ class model {
     const auto held = engine_.slot_values(s);
     return std::vector<float>(held.begin(), held.end());
   }
-  // The packed rows (samples, sum of output sizes) as one array per output,
-  // (samples, its shape), by name.
-  static predictions unpack_outputs(const std::vector<float>& packed) {
-    using io = network_io<Net>;
-    constexpr std::size_t width = Net::output_shape_type::size;
-    const std::size_t samples = packed.size() / width;
-    predictions out;
-    for (const io_part& o : io::outputs) {
-      std::vector<float>& values = out[std::string(o.name)];
-      values.resize(samples * o.size);
-      for (std::size_t r = 0; r < samples; ++r)
-        std::copy_n(packed.data() + r * width + o.offset, o.size, values.data() + r * o.size);
-    }
-    return out;
-  }
-
   // What fit's callbacks may ask of this model (train/callback.hpp).
   struct access final : model_access {
     model& m;
@@ -619,7 +536,7 @@ class model {
       const auto region = m.parameter_region();
       std::vector<float> values;
       parameters::for_each([&](const parameter_info& p) {
-        const auto view = stored(p, region.data());
+        const auto view = parameters::stored(p, region.data());
         values.assign(view.begin(), view.end());
         f(p.name, values);
       });
@@ -645,20 +562,9 @@ class model {
     c.ema_in_weights = training_.ema_in_weights;
     return c;
   }
-  // The memory plan for batch size N, per device (mirrored<N>: each
-  // replica's share), against the device_budget: without the optimizer's
-  // slots at compile time, with them (`slots`) here.
   template <int N>
   static void check_budget(int slots, const char* where) {
-    if constexpr (Budget::bytes > 0) {
-      constexpr int per_device = N % replica_count == 0 ? N / replica_count : N;  // else the strategy's error
-      using budget = budget_of_plan<Budget, memory_plan<Net, per_device, 0>>;
-      static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
-                    "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
-                    "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "
-                    "recompute<> blocks or mirrored<N>");
-      budget::check_slots(slots, where);
-    }
+    check_device_budget<Budget, Net, N, replica_count>(slots, where);
   }
 
   // A run continued from a checkpoint trains at the checkpoint's batch size.
@@ -674,33 +580,6 @@ class model {
 
   using parameters = parameter_table<Net>;
   using parameter_info = typename parameters::info;
-  // A parameter's elements in a host region laid out as the parameter region.
-  static std::vector<float> values_of(const parameter_info& p, const float* region) {
-    const auto view = stored(p, region);
-    return std::vector<float>(view.begin(), view.end());
-  }
-  // W (in, out) + s · A (in, r) · B (r, out), summed in double.
-  static std::vector<float> merged_values(const parameter_info& p, const float* region) {
-    std::vector<float> w = values_of(p, region);
-    const auto adapter = parameters::lora_adapter_of(p);
-    if (!adapter) return w;
-    const std::vector<float> a = values_of(adapter->first, region), b = values_of(adapter->second, region);
-    const std::size_t in = static_cast<std::size_t>(adapter->first.shape[0]);
-    const std::size_t rank = static_cast<std::size_t>(adapter->first.shape[1]);
-    const std::size_t out = static_cast<std::size_t>(adapter->second.shape[1]);
-    const double scale = adapter->first.lora_scale;
-    for (std::size_t i = 0; i < in; ++i)
-      for (std::size_t j = 0; j < out; ++j) {
-        double sum = 0;
-        for (std::size_t k = 0; k < rank; ++k) sum += double{a[i * rank + k]} * b[k * out + j];
-        w[i * out + j] = static_cast<float>(w[i * out + j] + scale * sum);
-      }
-    return w;
-  }
-  static strided_view<float> stored(const parameter_info& p, const float* region) {
-    return {const_cast<float*>(region) + p.offset / sizeof(float), p.size, p.row_length, p.row_stride};
-  }
-
   std::uint64_t seed_;
   int trained_batch_size_ = 0;  // the last fit's or train_on_batch's batch size (a checkpoint records it)
   bool resumed_ = false;        // load_checkpoint ran: the batch size must stay

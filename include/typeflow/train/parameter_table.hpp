@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "typeflow/contract/layer.hpp"
+#include "typeflow/core/strided_view.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/optimizers/update.hpp"
 
@@ -81,6 +82,34 @@ struct parameter_table {
     if (!a || !b) return std::nullopt;
     return std::pair{*a, *b};
   }
+
+  // A parameter's elements in a host region laid out as the parameter region.
+  static std::vector<float> values_of(const info& p, const float* region) {
+    const auto view = stored(p, region);
+    return std::vector<float>(view.begin(), view.end());
+  }
+  // W (in, out) + s · A (in, r) · B (r, out), summed in double.
+  static std::vector<float> merged_values(const info& p, const float* region) {
+    std::vector<float> w = values_of(p, region);
+    const auto adapter = lora_adapter_of(p);
+    if (!adapter) return w;
+    const std::vector<float> a = values_of(adapter->first, region), b = values_of(adapter->second, region);
+    const std::size_t in = static_cast<std::size_t>(adapter->first.shape[0]);
+    const std::size_t rank = static_cast<std::size_t>(adapter->first.shape[1]);
+    const std::size_t out = static_cast<std::size_t>(adapter->second.shape[1]);
+    const double scale = adapter->first.lora_scale;
+    for (std::size_t i = 0; i < in; ++i)
+      for (std::size_t j = 0; j < out; ++j) {
+        double sum = 0;
+        for (std::size_t k = 0; k < rank; ++k) sum += double{a[i * rank + k]} * b[k * out + j];
+        w[i * out + j] = static_cast<float>(w[i * out + j] + scale * sum);
+      }
+    return w;
+  }
+  static strided_view<float> stored(const info& p, const float* region) {
+    return {const_cast<float*>(region) + p.offset / sizeof(float), p.size, p.row_length, p.row_stride};
+  }
+
 
   // Every parameter, in arena order: built once per network, so that each
   // caller runs a loop rather than its own copy of the unrolled walk over
