@@ -27,7 +27,7 @@ class history {
   // name -> one value per recorded epoch, in epoch order.
   std::map<std::string, std::vector<double>> values;
   // What fit warned of, in order, each also written to stderr: e.g. an epoch
-  // of mixed_float16 whose every update was skipped (train/training_state.hpp).
+  // of mixed_float16 whose every update was skipped (train/fit_loop.hpp).
   std::vector<std::string> warnings;
 
   // The values recorded under name. Throws std::out_of_range naming the

@@ -56,6 +56,7 @@
 #include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
 #include "typeflow/train/engine.hpp"
+#include "typeflow/train/fit_loop.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/history.hpp"
 #include "typeflow/train/peak_flops.hpp"
