@@ -129,7 +129,7 @@ TEST_CASE("backup_and_restore: a fit that crashed mid-epoch continues at the exa
 // shuffled, batched and prefetched: 2 x 160 samples an epoch, 10 batches.
 // (The cache holds what comes before it in the order of its first pass, so
 // nothing before it may depend on the epoch: as with tf.data, shuffle after
-// cache. docs/architecture.md, "Checkpoints".)
+// cache. docs/checkpoints.md, "Continuing a fit".)
 auto every_stage() {
   auto chunks = std::make_shared<std::vector<std::vector<float>>>();
   const tf::random_stream rng{29, 1};

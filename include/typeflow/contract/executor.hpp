@@ -44,7 +44,8 @@ template <class Spec, class Layer, int Batch, class Device>
 class executor {
   static_assert(executor_check<layer_spec<Spec>, on_device<Device>, false>::passed,
                 "model<Net, Policy, Strategy, Device>: this layer has no executor on this device (both are "
-                "named in the note below); docs/architecture.md lists the layers each device runs");
+                "named in the note below); include/typeflow/layers/README.md lists the library's layers, each with an "
+                "executor on both devices");
 };
 
 // Layers that compute nothing (Layer::computes_nothing: the input, views

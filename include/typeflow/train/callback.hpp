@@ -70,8 +70,7 @@ class model_access {
   virtual void set_weights(std::span<const float> region) = 0;
   virtual void save_weights(const std::filesystem::path& path) = 0;
   // model.save_checkpoint(dir, {.keep = keep}): written during fit, it holds
-  // fit's position, History and callbacks' state too (docs/architecture.md,
-  // "Checkpoints").
+  // fit's position, History and callbacks' state too (docs/checkpoints.md).
   virtual std::filesystem::path save_checkpoint(const std::filesystem::path& dir, int keep = 3) = 0;
   // model.load_checkpoint(dir): called from on_train_begin, the fit being
   // started continues where the checkpoint's fit was (backup_and_restore).
