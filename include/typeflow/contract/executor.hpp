@@ -13,7 +13,7 @@
 //   void bind(std::byte* scratchpad);       //   scratchpad, a CUDA kernel's scratch)
 //   void forward();                         // reads io.in, writes io.out
 //   void backward();                        // reads io.d_out, writes io.d_in (when
-//                                           //   not null) and adds to io.grads
+//                                           //   not null) and every element of io.grads
 //
 // Nothing is created or allocated in forward() or backward(). On the GPU
 // they enqueue on io.context's stream and wait for nothing, so that a step

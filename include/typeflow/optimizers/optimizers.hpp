@@ -4,8 +4,10 @@
 // rule(iteration) (its per-element step, element.hpp) and
 // update(update_arguments), which is apply_update(*this, arguments): the one
 // CPU update (update.hpp). The CUDA backend's multi-tensor kernel runs the
-// same rule (optimizers/device_update.hpp), so an optimizer is one file:
-// fields, validate(), slot_count(), rule() and that one-line update().
+// same rule (optimizers/device_update.hpp): an optimizer is one file here
+// (fields, validate(), slot_count(), rule() and that one-line update()) and,
+// for the GPU, one line in src/cuda/optimizer.cu, the kernel library's list
+// of the rules it instantiates.
 #pragma once
 
 #include <concepts>
