@@ -1,5 +1,5 @@
 // The machine's arithmetic peak for the benchmarks: typeflow's own probe
-// (train/peak_flops.hpp, the denominator of fit's MFU), float32 FMAs and,
+// (backend/cpu/peak_flops.hpp, the denominator of fit's MFU), float32 FMAs and,
 // where the CPU has AVX512-BF16, vdpbf16ps, on every OpenMP thread. The
 // benchmarks print it first, and each step's GFLOP/s as a share of it
 // ("of_peak"), so that a figure reads as a fraction of what the cores can do.
@@ -10,7 +10,7 @@
 
 #include <omp.h>
 
-#include <typeflow/train/peak_flops.hpp>
+#include <typeflow/backend/cpu/peak_flops.hpp>
 
 namespace typeflow_bench {
 

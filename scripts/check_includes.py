@@ -39,8 +39,8 @@ ROOMS = [
     "data",
     "distribute",
     "metrics",
+    "callbacks",  # the callback interface, History, the progress bar and the library's callbacks
     "train",
-    "callbacks",
     "text",
     ".",  # typeflow.hpp, cuda.hpp: everything
 ]

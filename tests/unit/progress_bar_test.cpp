@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "typeflow/train/history.hpp"
-#include "typeflow/train/progress_bar.hpp"
+#include "typeflow/callbacks/history.hpp"
+#include "typeflow/callbacks/progress_bar.hpp"
 
 #if defined(__linux__)
 #include <fcntl.h>

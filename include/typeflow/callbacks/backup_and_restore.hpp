@@ -26,7 +26,7 @@
 #include <string>
 
 #include "typeflow/io/checkpoint.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

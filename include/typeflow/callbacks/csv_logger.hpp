@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

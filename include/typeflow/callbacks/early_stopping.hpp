@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "typeflow/callbacks/monitor.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

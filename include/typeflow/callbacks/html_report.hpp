@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "typeflow/report/svg_chart.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

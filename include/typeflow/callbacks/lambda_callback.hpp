@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

@@ -26,7 +26,7 @@
 
 #include "typeflow/callbacks/monitor.hpp"
 #include "typeflow/core/excerpt.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

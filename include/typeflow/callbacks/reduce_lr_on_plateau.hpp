@@ -20,7 +20,7 @@
 #include <string>
 
 #include "typeflow/callbacks/monitor.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

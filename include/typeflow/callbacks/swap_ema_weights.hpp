@@ -13,7 +13,7 @@
 // model's (model.ema_weights_in_model()), and a checkpoint keeps it.
 #pragma once
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

@@ -33,7 +33,7 @@
 #include <string_view>
 
 #include "typeflow/io/event_file.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <string>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow::callbacks {
 

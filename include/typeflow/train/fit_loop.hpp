@@ -18,11 +18,11 @@
 
 #include "typeflow/data/any_dataset.hpp"
 #include "typeflow/data/example.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
-#include "typeflow/train/history.hpp"
+#include "typeflow/callbacks/history.hpp"
 #include "typeflow/train/non_finite.hpp"
-#include "typeflow/train/progress_bar.hpp"
+#include "typeflow/callbacks/progress_bar.hpp"
 #include "typeflow/train/training_state.hpp"
 
 namespace typeflow {

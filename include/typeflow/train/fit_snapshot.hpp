@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "typeflow/io/json_fields.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 #include "typeflow/io/compiled.hpp"
 
 namespace typeflow {

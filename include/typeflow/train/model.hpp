@@ -50,7 +50,7 @@
 #include "typeflow/precision/policy.hpp"
 #include "typeflow/precision/storage.hpp"
 #include "typeflow/io/checkpoint.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
 #include "typeflow/train/compiled.hpp"
 #include "typeflow/train/device_budget.hpp"
@@ -58,10 +58,10 @@
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/fit_loop.hpp"
 #include "typeflow/train/generation.hpp"
-#include "typeflow/train/history.hpp"
-#include "typeflow/train/peak_flops.hpp"
+#include "typeflow/callbacks/history.hpp"
+#include "typeflow/backend/cpu/peak_flops.hpp"
 #include "typeflow/train/parameter_table.hpp"
-#include "typeflow/train/progress_bar.hpp"
+#include "typeflow/callbacks/progress_bar.hpp"
 #include "typeflow/train/training_state.hpp"
 
 namespace typeflow {
@@ -504,7 +504,7 @@ class model {
     const auto held = engine_.slot_values(s);
     return std::vector<float>(held.begin(), held.end());
   }
-  // What fit's callbacks may ask of this model (train/callback.hpp).
+  // What fit's callbacks may ask of this model (callbacks/callback.hpp).
   struct access final : model_access {
     model& m;
     bool stop = false;

@@ -29,10 +29,10 @@
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/compiled.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
-#include "typeflow/train/history.hpp"
+#include "typeflow/callbacks/history.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/output_losses.hpp"
 
@@ -48,7 +48,7 @@ struct fit_options {
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
   int initial_epoch = 0;  // Keras's: the epoch (0-based) to start at; fit runs epochs initial_epoch .. epochs - 1
   // The machine's peak FLOP/s, the denominator of the "mfu" log (model FLOPs
-  // utilisation): 0 lets model<..., cpu> measure it once (train/peak_flops.hpp)
+  // utilisation): 0 lets model<..., cpu> measure it once (backend/cpu/peak_flops.hpp)
   // and leaves mfu out on a GPU; a negative value leaves mfu out.
   double peak_flops = 0;
 };

@@ -52,7 +52,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 #if defined(_WIN32)
 #include <io.h>

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "typeflow/train/callback.hpp"
+#include "typeflow/callbacks/callback.hpp"
 
 namespace typeflow {
 
