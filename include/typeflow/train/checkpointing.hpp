@@ -45,7 +45,7 @@
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/io/json_fields.hpp"
 #include "typeflow/io/safetensors.hpp"
-#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
 #include "typeflow/io/compiled.hpp"

@@ -52,7 +52,7 @@
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
-#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
 #include "typeflow/train/engine.hpp"

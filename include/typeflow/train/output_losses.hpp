@@ -38,7 +38,7 @@
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/data/record.hpp"
 #include "typeflow/model/network_io.hpp"
-#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/compile_holders.hpp"
 
 namespace typeflow {
 

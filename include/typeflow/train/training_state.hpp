@@ -30,7 +30,7 @@
 #include "typeflow/metrics/metrics.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
 #include "typeflow/callbacks/callback.hpp"
-#include "typeflow/train/compiled.hpp"
+#include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/fit_snapshot.hpp"
 #include "typeflow/callbacks/history.hpp"
 #include "typeflow/train/non_finite.hpp"

@@ -1,5 +1,5 @@
 // The losses on the GPU: each loss's executor for tf::cuda, as the CPU's is
-// train/compiled.hpp's loss_holder. The engine calls one interface,
+// train/compile_holders.hpp's loss_holder. The engine calls one interface,
 // device_loss_base::record, for whichever loss compile() was given:
 //
 //   sparse_categorical_crossentropy   the fused softmax + cross-entropy kernels
