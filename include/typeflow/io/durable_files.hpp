@@ -7,6 +7,7 @@
 //                                        is renamed onto path (then the directory
 //                                        is fsync'ed);
 //   remove_abandoned(dir, is_prefix)     leftovers of writers whose process is gone;
+//   read_whole_file(path, kind)          a file's bytes, every failure named;
 //   fd_guard, write_fully, errno_text    the POSIX calls underneath, with their errors.
 //
 // Everything here reports errors through errno values or the caller's `fail`,
@@ -21,6 +22,8 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 #include <system_error>
 #include <utility>
 
@@ -155,6 +158,45 @@ void write_atomically(const std::filesystem::path& path, Fail&& fail, Body&& bod
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   fd_guard dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() >= 0) ::fsync(dir.get());
+}
+
+// The bytes of the regular file at path, read through short reads and
+// EINTR; a failure throws std::runtime_error("cannot read <kind> \"path\": ...")
+// naming the step, the byte offset and strerror.
+inline std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::string_view kind) {
+  const auto fail = [&](const std::string& what, int error) {
+    return std::runtime_error("cannot read " + std::string(kind) + " \"" + path.string() + "\": " + what +
+                              ": " + errno_text(error));
+  };
+  fd_guard file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) {
+    const int error = errno;
+    throw fail("cannot open it", error);
+  }
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) {
+    const int error = errno;
+    throw fail("cannot stat it", error);
+  }
+  if (!S_ISREG(info.st_mode)) throw fail("it is not a regular file", S_ISDIR(info.st_mode) ? EISDIR : EINVAL);
+
+  std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(file.get(), bytes.data() + done,
+                               std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30));
+    if (got < 0) {
+      const int error = errno;
+      if (error == EINTR) continue;
+      throw fail("reading at byte offset " + std::to_string(done) + " failed", error);
+    }
+    if (got == 0)
+      throw std::runtime_error("cannot read " + std::string(kind) + " \"" + path.string() + "\": it shrank from " +
+                               std::to_string(bytes.size()) + " to " + std::to_string(done) +
+                               " bytes while being read");
+    done += static_cast<std::size_t>(got);
+  }
+  return bytes;
 }
 
 }  // namespace typeflow::io::detail

@@ -299,7 +299,6 @@ class safetensors_file {
     return std::runtime_error("malformed safetensors file \"" + path_.string() + "\": " + what);
   }
 
-  static std::vector<std::byte> read_whole_file(const std::filesystem::path& path);
 
   // Parses the JSON header, rejecting duplicate keys at any depth: nlohmann
   // would keep the last one silently, other readers may keep the first.
@@ -326,45 +325,9 @@ class safetensors_file {
 TYPEFLOW_IO_INLINE safetensors_file safetensors_file::read(const std::filesystem::path& path) {
   safetensors_file file;
   file.path_ = path;
-  file.bytes_ = read_whole_file(path);
+  file.bytes_ = detail::read_whole_file(path, "safetensors file");
   file.parse();
   return file;
-}
-
-TYPEFLOW_IO_INLINE std::vector<std::byte> safetensors_file::read_whole_file(const std::filesystem::path& path) {
-  const auto fail = [&](const std::string& what, int error) {
-    return std::runtime_error("cannot read safetensors file \"" + path.string() + "\": " + what +
-                              ": " + detail::errno_text(error));
-  };
-  detail::fd_guard file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) {
-    const int error = errno;
-    throw fail("cannot open it", error);
-  }
-  struct stat info {};
-  if (::fstat(file.get(), &info) != 0) {
-    const int error = errno;
-    throw fail("cannot stat it", error);
-  }
-  if (!S_ISREG(info.st_mode)) throw fail("it is not a regular file", S_ISDIR(info.st_mode) ? EISDIR : EINVAL);
-
-  std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(file.get(), bytes.data() + done,
-                               std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30));
-    if (got < 0) {
-      const int error = errno;
-      if (error == EINTR) continue;
-      throw fail("reading at byte offset " + std::to_string(done) + " failed", error);
-    }
-    if (got == 0)
-      throw std::runtime_error("cannot read safetensors file \"" + path.string() + "\": it shrank from " +
-                               std::to_string(bytes.size()) + " to " + std::to_string(done) +
-                               " bytes while being read");
-    done += static_cast<std::size_t>(got);
-  }
-  return bytes;
 }
 
 TYPEFLOW_IO_INLINE nlohmann::json safetensors_file::parse_header_json(std::uint64_t header_length) const {
