@@ -27,7 +27,7 @@ read -r -a targets <<< "${TARGETS:-typeflow_cuda_tests gemm_bench norm_bench mlp
 
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_NATIVE=OFF -DTYPEFLOW_PCH=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DTYPEFLOW_CUDA_COMPILE_ONLY=OFF \
     -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DCMAKE_CUDA_FLAGS="-Xcompiler=-march=x86-64-v3"
 fi
 grep -q typeflow_cuda_tests "$build/build.ninja" ||
