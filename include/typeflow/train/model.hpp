@@ -40,6 +40,7 @@
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/distribute/strategy.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/weights_options.hpp"
 #include "typeflow/model/memory_plan.hpp"
@@ -80,6 +81,7 @@ class model {
   static_assert(strategy<Strategy>,
                 "model<Net, Policy, Strategy, Device>: Strategy is single_device, mirrored<N> or multi_worker, or "
                 "a type with their facts and collectives (distribute/strategy.hpp lists them)");
+  static_assert(distribute::zero_runs<Strategy, Device>(), "zero<Stage, Strategy>: see the error above");
 
  public:
   using policy_type = typename detail::policy_of<Policy>::type;
