@@ -1,8 +1,8 @@
 // zero<k, mirrored<N>>: replicas that each keep a shard of the optimizer's
 // slots (k = 1) and of the mean gradient (k = 2) train to mirrored<N>'s
 // weights and slots, bit for bit (global_clipnorm under zero<2>: to its
-// stated tolerance); and checkpoints cross between sharded and unsharded
-// models and replica counts.
+// stated tolerance); each replica's bytes are the hand-computed ones; and
+// checkpoints cross between sharded and unsharded models and replica counts.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -162,6 +162,55 @@ TEST_CASE("zero<k> under mixed_float16: one loss-scale verdict over every shard,
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
   tf_testing::temp_dir a("typeflow_zero_test_a"), b("typeflow_zero_test_b");
   CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+}
+
+TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per replica") {
+  using net = model_under<tf::mirrored<2>>::bound_network;
+  // kernel 8 x 16 (128) + bias 16 + kernel 16 x 4 in rows padded to 16 (256) + bias 4 padded to 16.
+  static_assert(net::trainable_floats == 128 + 16 + 256 + 16 && net::parameter_floats == 416);
+  using two = tf::rank_memory<net, zero_mirrored<1, 2>, 16>;
+  using four = tf::rank_memory<net, zero_mirrored<2, 4>, 16>;
+  using unsharded = tf::rank_memory<net, tf::mirrored<2>, 16>;
+  // 416 / 2 = 208 floats, a multiple of 16; 416 / 4 = 104, rounded up to 112.
+  static_assert(two::shards::shard_floats == 208 && four::shards::shard_floats == 112);
+  static_assert(four::shards::begin(3) == 336 && four::shards::size(3) == 80);  // the last is shorter
+  static_assert(unsharded::slot_bytes == 416 * 4 && two::slot_bytes == 208 * 4 && four::slot_bytes == 112 * 4);
+  static_assert(two::parameter_bytes == 416 * 4 && four::parameter_bytes == 416 * 4);
+  // zero<1> keeps the whole mean gradient; zero<2> its shard, inside the region backward writes.
+  static_assert(two::gradient_bytes == 416 * 4 && two::reduced_gradient_bytes == 416 * 4);
+  static_assert(four::gradient_bytes == 416 * 4 && four::reduced_gradient_bytes == 112 * 4);
+  static_assert(two::gathered_bytes == 0);
+  // Each replica's step region is that of its share of the batch.
+  static_assert(two::activation_bytes == tf::memory_plan<net, 8, 0>::per_step_bytes);
+  static_assert(four::activation_bytes == tf::memory_plan<net, 4, 0>::per_step_bytes);
+  static_assert(two::bytes(2) == tf::memory_plan<net, 8, 0>::total_bytes + 2 * 208 * 4);
+  static_assert(unsharded::bytes(2) == tf::memory_plan<net, 8, 0>::total_bytes + 2 * 416 * 4);
+
+  // summary() and settings() say it.
+  const std::string text = model_under<zero_mirrored<2, 4>>::summary_text();
+  INFO(text);
+  CHECK(text.find("Per replica (zero<2, mirrored<4>>, 4 replicas):\n"
+                  "  parameters: 1,664 bytes\n"
+                  "  gradients: 1,664 bytes (the update keeps its shard of the mean: 448 bytes)\n"
+                  "  optimizer slots: 448 bytes each\n") != std::string::npos);
+  model_under<zero_mirrored<1, 2>> adam_model{1};
+  adam_model.compile(tf::optimizers::adam{}, logits_loss);
+  std::string slots_row;
+  for (const auto& [name, value] : adam_model.settings())
+    if (name == "optimizer slots per replica") slots_row = value;
+  CHECK(slots_row == "832 bytes each (2 slots: 1,664 bytes)");
+
+  // A budget with room for the plan and two slots' shards, not two whole slots:
+  // zero<1, mirrored<2>> trains, mirrored<2> is refused before its first step.
+  using budget = tf::device_budget<two::bytes(2)>;
+  static_assert(two::bytes(2) < unsharded::bytes(2));
+  tf::model<mlp, tf::float32, zero_mirrored<1, 2>, tf::cpu, budget> fits{1};
+  tf::model<mlp, tf::float32, tf::mirrored<2>, tf::cpu, budget> refused{1};
+  fits.compile(tf::optimizers::adam{}, logits_loss);
+  refused.compile(tf::optimizers::adam{}, logits_loss);
+  CHECK_NOTHROW(fits.train_on_batch(batch_number(0)));
+  const std::string needs = "needs " + std::to_string(unsharded::bytes(2)) + " bytes";
+  CHECK_THROWS_WITH_AS(refused.train_on_batch(batch_number(0)), doctest::Contains(needs.c_str()), std::invalid_argument);
 }
 
 TEST_CASE("checkpoints cross sharding and replica counts: zero<1, mirrored<2>> -> mirrored<2>, zero<2, mirrored<4>>") {
