@@ -10,6 +10,8 @@
 #include "typeflow/core/half.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/data.hpp"
+#include "typeflow/distribute/rank_memory.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/initializers/initializers.hpp"
 #include "typeflow/io/hf_gpt2.hpp"
 #include "typeflow/io/lora_merge.hpp"

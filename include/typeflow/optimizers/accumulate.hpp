@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "typeflow/optimizers/sharded_update.hpp"
 #include "typeflow/optimizers/update.hpp"
 
 namespace typeflow::optimizers {
@@ -59,6 +60,35 @@ struct accumulated {
       apply_update(inner, a);  // the same update as without accumulation
     else
       inner.update(a);
+    return true;
+  }
+
+  // The same over a region in shards (zero<k>, sharded_update.hpp), each
+  // shard's accumulator on its replica; the engine has checked the
+  // gradients of every shard before.
+  bool accumulate_and_update_shards(const sharded_update& u) {
+    const bool first = micro_batches == 0;
+    auto add = [&](int s) {
+      const update_arguments& a = u.arguments[static_cast<std::size_t>(s)];
+      float* sum = a.slots[inner.slot_count()];
+      const float* g = a.grads;
+      if (first)
+        typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] = g[i]; });
+      else
+        typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { sum[i] += g[i]; });
+    };
+    u.run(add);
+    if (++micro_batches < K) return false;
+    micro_batches = 0;
+    auto mean_of_sums = [&](int s) {
+      const update_arguments& a = u.arguments[static_cast<std::size_t>(s)];
+      const float* sum = a.slots[inner.slot_count()];
+      float* g = a.grads;
+      constexpr float mean = 1.f / K;
+      typeflow::parallel_for(a.floats, [=](std::ptrdiff_t i) { g[i] = sum[i] * mean; });
+    };
+    u.run(mean_of_sums);
+    apply_sharded_update(inner, u);  // a rule optimizer's only (updates_in_shards)
     return true;
   }
 };

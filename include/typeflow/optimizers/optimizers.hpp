@@ -20,6 +20,7 @@
 #include "typeflow/optimizers/lion.hpp"
 #include "typeflow/optimizers/rmsprop.hpp"
 #include "typeflow/optimizers/sgd.hpp"
+#include "typeflow/optimizers/sharded_update.hpp"
 #include "typeflow/optimizers/update.hpp"
 
 namespace typeflow::optimizers {

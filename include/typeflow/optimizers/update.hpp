@@ -91,6 +91,13 @@ struct update_arguments {
   // bf16 products read (precision/weight_copies.hpp). Only weights written
   // here are in registers: writing the copy costs a store, not a read.
   bf16* const* tensor_copies = nullptr;
+  // An update of one shard of a region (zero<k>, optimizers/sharded_update.hpp):
+  // the clipping norms are the whole tensors', which the shard alone cannot
+  // compute. When set, clipnorm takes tensor_squared_norms[j] (parallel to
+  // tensors) as tensor j's squared norm, and global_clipnorm takes
+  // global_squared_norm (when >= 0) as the squared norm of all gradients.
+  const double* tensor_squared_norms = nullptr;
+  double global_squared_norm = -1;
 };
 
 // The fields Keras gives every optimizer. Each optimizer struct repeats them
@@ -349,15 +356,22 @@ void apply_update(const O& o, const update_arguments& a) {
     std::vector<float>& factors = detail::scratch<float>(a.tensors.size());
     for (std::size_t j = 0; j < a.tensors.size(); ++j) {
       const parameter_tensor& t = a.tensors[j];
-      factors[j] = t.kind == param_kind::statistic
-                       ? 1.f
-                       : norm_clip_factor(detail::squared_norm(a.grads + t.offset, t.size), plan.clip.limit);
+      if (t.kind == param_kind::statistic) {
+        factors[j] = 1.f;
+        continue;
+      }
+      const double squared =
+          a.tensor_squared_norms ? a.tensor_squared_norms[j] : detail::squared_norm(a.grads + t.offset, t.size);
+      factors[j] = norm_clip_factor(squared, plan.clip.limit);
     }
     plan.tensor_factors = factors;
   } else if (plan.clip.kind == clip_kind::global_norm) {
-    double sum = 0;
-    for (const auto& t : a.tensors)
-      if (t.kind != param_kind::statistic) sum += detail::squared_norm(a.grads + t.offset, t.size);
+    double sum = a.global_squared_norm;
+    if (sum < 0) {
+      sum = 0;
+      for (const auto& t : a.tensors)
+        if (t.kind != param_kind::statistic) sum += detail::squared_norm(a.grads + t.offset, t.size);
+    }
     plan.global_factor = norm_clip_factor(sum, plan.clip.limit);
   }
 

@@ -3,7 +3,10 @@
 //
 //   "model":     network type, policy, strategy, device, the parameter
 //                region's floats: a checkpoint from another model, policy or
-//                strategy is refused, naming what differs;
+//                strategy is refused, naming what differs (except that a
+//                zero<k> model's tensors are unsharded too, so a checkpoint
+//                of or for one may cross strategies and replica counts:
+//                strategies_interchangeable);
 //   "optimizer": its name, slot count, the update count (iterations, which
 //                the schedules and Adam's bias correction read) and
 //                accumulate<K>'s micro-batches since its last update;
@@ -79,6 +82,20 @@ std::string network_name() {
 template <class Strategy>
 std::string strategy_name() {
   return Strategy::name();
+}
+
+// Whether a checkpoint written under strategy `written` may load into a
+// model under `loading`: the same strategy, or either a zero<k>: its
+// checkpoint holds every tensor whole (slots gathered from the shards), as
+// any strategy's does, so zero<1, mirrored<2>>'s loads into mirrored<2>,
+// zero<2, mirrored<4>> or single_device, and theirs into it (N -> M). A run
+// continued at another replica count splits its batches and draws its
+// replicas' dropout streams otherwise, so it does not repeat the bits of
+// the run that wrote the checkpoint; between two strategies that are
+// neither zero<k> the refusal stays, which keeps a resume bit for bit.
+inline bool strategies_interchangeable(const std::string& written, const std::string& loading) {
+  const auto sharded = [](const std::string& name) { return name.rfind("zero<", 0) == 0; };
+  return written == loading || sharded(written) || sharded(loading);
 }
 
 // The optimizer's and training's counters as the manifest holds them.
@@ -164,7 +181,8 @@ TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::
     };
     differs("network", model.at("network").get<std::string>(), id.network);
     differs("policy", model.at("policy").get<std::string>(), id.policy);
-    differs("strategy", model.at("strategy").get<std::string>(), id.strategy);
+    const std::string strategy = model.at("strategy").get<std::string>();
+    if (!strategies_interchangeable(strategy, id.strategy)) differs("strategy", strategy, id.strategy);
     differs("parameter region size (floats)", std::to_string(io::whole_number<std::size_t>(model, "parameter_floats")),
             std::to_string(id.parameter_floats));
     const auto& o = m.at("optimizer");

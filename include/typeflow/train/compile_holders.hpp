@@ -35,6 +35,10 @@ struct optimizer_base {
   // Runs the optimizer on this step's gradients; returns whether the weights
   // changed (an accumulating optimizer updates once every K steps).
   virtual bool update(const optimizers::update_arguments& arguments) = 0;
+  // The same over a region in shards, each on its replica (zero<k>,
+  // optimizers/sharded_update.hpp): an optimizer with a rule, or
+  // accumulate<K> of one; the engine checks the gradients first.
+  virtual bool update_shards(const optimizers::sharded_update& update) = 0;
   // Whether update() honours arguments.non_finite (checks the gradients in
   // its own pass and then changes nothing); if not, the model checks them first.
   virtual bool checks_non_finite() const = 0;
@@ -74,6 +78,16 @@ struct optimizer_holder final : optimizer_base {
     if (updated && !refused && ema.use_ema)
       optimizers::update_moving_average(arguments, arguments.slots[optimizer.slot_count()], ema, arguments.iteration);
     return updated;
+  }
+  bool update_shards(const optimizers::sharded_update& update) override {
+    if constexpr (!optimizers::updates_in_shards<Optimizer>()) {
+      throw std::logic_error(std::string(Optimizer::name) + ": an optimizer without a rule cannot update in shards (zero<k>)");
+    } else if constexpr (requires { optimizer.accumulate_and_update_shards(update); }) {
+      return optimizer.accumulate_and_update_shards(update);
+    } else {
+      optimizers::apply_sharded_update(optimizer, update);
+      return true;
+    }
   }
   bool update_weights(const optimizers::update_arguments& arguments) {
     if constexpr (requires { optimizer.accumulate_and_update(arguments); }) {

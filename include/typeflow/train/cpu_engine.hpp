@@ -5,7 +5,9 @@
 // optimizer's slots and the step region; a step_program is set up for each
 // batch size, and each step then runs forward, loss, backward and update
 // over fixed addresses with no allocation. mirrored<N> runs replicas 1 .. N-1
-// through train/cpu_replicas.hpp; multi_worker adds the strategy's MPI
+// through train/cpu_replicas.hpp, and so does zero<k, mirrored<N>>, whose
+// replicas each keep a shard of the optimizer's slots (the engine's arena
+// then holds replica 0's shard); multi_worker adds the strategy's MPI
 // collectives (a broadcast of the initial weights, the gradients' mean).
 #pragma once
 
@@ -24,6 +26,7 @@
 #include "typeflow/train/cpu_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
@@ -56,6 +59,11 @@ class engine<Net, Policy, Strategy, cpu> {
   static constexpr int classes = training_state<Net>::classes;
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr bool has_regularizers = Net::has_regularizers;
+  // zero<k, mirrored<N>>: each replica keeps a shard of the slots (k >= 1)
+  // and of the mean gradient (k = 2) (distribute/zero.hpp).
+  static constexpr bool sharded = is_zero_v<Strategy>;
+  static constexpr bool reduce_scattered = zero_stage_v<Strategy> >= 2;
+  using replicas_type = cpu_replicas<Net, Strategy>;
 
  public:
   engine(training_state<Net>& training, std::uint64_t seed) : training_(training), replicas_(seed) {
@@ -76,7 +84,16 @@ class engine<Net, Policy, Strategy, cpu> {
   std::size_t arena_bytes() const { return memory_.size(); }
 
   template <class Optimizer, class Loss>
-  void check_compile(const Optimizer&, const Loss&) const {}
+  void check_compile(const Optimizer& optimizer, const Loss&) const {
+    if constexpr (sharded) {
+      static_assert(optimizers::updates_in_shards<Optimizer>(),
+                    "zero<k>: the optimizer must update in shards: sgd, adam, adamw, lion, rmsprop, an optimizer of "
+                    "one's own with a rule(), or accumulate<K> of one (a custom update() sees the whole region)");
+      if (optimizers::ema_options_of(optimizer).use_ema)
+        throw std::invalid_argument(std::string(Optimizer::name) + ": use_ema under " + Strategy::name() +
+                                    " is not built yet (the moving average would be one more sharded slot)");
+    }
+  }
 
   // Fresh optimizer state for training_'s optimizer; the weights stay.
   template <class Optimizer>
@@ -85,6 +102,7 @@ class engine<Net, Policy, Strategy, cpu> {
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
     std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
+    if constexpr (sharded) replicas_.compiled(training_.slots);
   }
 
   // fit_loop's steps on the CPU: each launch runs a whole step (batch k is
@@ -133,7 +151,13 @@ class engine<Net, Policy, Strategy, cpu> {
     context_.weight_copies.weights_changed();
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
+  // The last step's mean gradient (under zero<2> gathered from the shards' owners).
   std::span<const float> gradients() const {
+    if constexpr (reduce_scattered) {
+      gathered_.resize(Net::trainable_floats);
+      replicas_.gather_gradients(memory_.data(), gathered_.data());
+      return gathered_;
+    }
     return {memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats};
   }
   // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the engine's own).
@@ -162,14 +186,37 @@ class engine<Net, Policy, Strategy, cpu> {
     loss_scale_.restore(saved.loss_scale);
     replicas_.restore_runs(saved.seed, saved.dropout_step);
   }
-  // Optimizer slot s's region (after compile), for a checkpoint and the EMA.
+  // Optimizer slot s's region (after compile), for the EMA; none under
+  // zero<k>, which refuses use_ema (check_compile).
   std::span<float> slot_region(int s) {
+    if constexpr (sharded)
+      throw std::logic_error("slot_region: under " + Strategy::name() + " each replica holds a shard of slot " +
+                             std::to_string(s) + "; slot_values() gathers it");
     return {memory_.template at<float>(plan0::slot_offset(s)), Net::trainable_floats};
   }
-  std::span<const float> slot_values(int s) { return slot_region(s); }
+  // Slot s's values as one unsharded region, for a checkpoint (under zero<k>
+  // gathered from the replicas: the same tensor mirrored<N> writes), and back.
+  std::span<const float> slot_values(int s) {
+    if constexpr (sharded) {
+      // One buffer per slot: a checkpoint holds every slot's span at once.
+      if (gathered_slots_.size() < static_cast<std::size_t>(s) + 1) gathered_slots_.resize(static_cast<std::size_t>(s) + 1);
+      std::vector<float>& gathered = gathered_slots_[static_cast<std::size_t>(s)];
+      gathered.resize(Net::trainable_floats);
+      replicas_.gather_slot(s, memory_.data(), gathered.data());
+      return gathered;
+    }
+    return slot_region(s);
+  }
   void set_slot_values(int s, std::span<const float> values) {
-    const std::span<float> into = slot_region(s);
-    std::copy(values.begin(), values.end(), into.begin());
+    if (values.size() != Net::trainable_floats)
+      throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) + " floats for a slot of " +
+                                  std::to_string(Net::trainable_floats));
+    if constexpr (sharded) {
+      replicas_.scatter_slot(s, memory_.data(), values.data());
+    } else {
+      const std::span<float> into = slot_region(s);
+      std::copy(values.begin(), values.end(), into.begin());
+    }
   }
 
  private:
@@ -179,8 +226,9 @@ class engine<Net, Policy, Strategy, cpu> {
     return distribute::worker_seed(seed, strategy_.rank());
   }
 
+  // After the slots: whole on replica 0, or its shard of each under zero<k>.
   std::size_t step_base() const {
-    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::trainable_bytes;
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * replicas_type::slot_stride;
   }
 
   // Sets the arena and the step program up for batch size N, once per size.
@@ -263,21 +311,33 @@ class engine<Net, Policy, Strategy, cpu> {
     float* weights = memory_.template at<float>(0);
     float* grads = memory_.template at<float>(plan0::gradients_offset);
     // Across processes (multi_worker): the mean over every worker's gradient.
-    strategy_.all_reduce_mean(grads, Net::trainable_floats);
+    // (zero<k> runs in one process: distribute::zero_runs.)
+    if constexpr (!sharded) strategy_.all_reduce_mean(grads, Net::trainable_floats);
     // The NaN policy (train/non_finite.hpp): after the all-reduce, so that
     // every worker stops at the same step; before the update, so that the
     // weights stay the last good step's.
     if constexpr (!loss_scaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
-      // The optimizer's own pass checks the gradients where it can (update.hpp).
-      if (!training_.optimizer->checks_non_finite() && !all_updatable_parallel(grads, Net::trainable_floats))
+      // The optimizer's own pass checks the gradients where it can
+      // (update.hpp); under zero<k> every shard is checked before any updates.
+      if constexpr (reduce_scattered) {
+        if (!replicas_.all_updatable(memory_.data())) throw non_finite_gradient<Net>(gradients().data());
+      } else if ((sharded || !training_.optimizer->checks_non_finite()) &&
+                 !all_updatable_parallel(grads, Net::trainable_floats)) {
         throw non_finite_gradient<Net>(grads);
+      }
     }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
     // an inf or a NaN among them changes no weight (after the all-reduce,
-    // every replica and worker sees the same verdict).
+    // every replica and worker sees the same verdict; under zero<2> the
+    // verdict is taken over every replica's shard).
     if constexpr (loss_scaling) {
-      const bool finite = precision::unscale_all_finite(grads, Net::trainable_floats, loss_scale_.scale());
+      const float scale = loss_scale_.scale();
+      bool finite;
+      if constexpr (reduce_scattered)
+        finite = replicas_.unscale_all_finite(memory_.data(), scale);
+      else
+        finite = precision::unscale_all_finite(grads, Net::trainable_floats, scale);
       if (!loss_scale_.after_step(finite)) {
         const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
         if (has_regularizers) training_.regularization_mean.update(penalty, samples);
@@ -286,8 +346,20 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     double penalty = 0;
     if constexpr (has_regularizers) {
-      penalty = apply_regularizers<Net>(memory_.data(), true);
+      if constexpr (reduce_scattered)
+        penalty = replicas_.apply_regularizers_to_shards(memory_.data());
+      else
+        penalty = apply_regularizers<Net>(memory_.data(), true);
       training_.regularization_mean.update(penalty, samples);
+    }
+    if constexpr (sharded) {
+      // Each replica updates its shard with its slots, then the all-gather.
+      if (training_.optimizer->update_shards(replicas_.sharded_update(memory_.data(), training_.iterations + 1))) {
+        ++training_.iterations;
+        context_.weight_copies.after_update(false, weights + Net::trainable_floats, weights + Net::parameter_floats);
+        replicas_.after_update(weights);
+      }
+      return penalty;
     }
     optimizers::update_arguments arguments;
     arguments.weights = weights;
@@ -402,7 +474,9 @@ class engine<Net, Policy, Strategy, cpu> {
   program_slot program_;
   std::vector<bf16*> copy_table_;  // weight_copy_table()'s, for copies of this generation
   std::uint64_t copy_table_generation_ = ~std::uint64_t{0};
-  cpu_replicas<Net, Strategy> replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads
+  replicas_type replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads
+  mutable std::vector<float> gathered_;             // zero<2>: the mean gradient, gathered (not during steps)
+  std::vector<std::vector<float>> gathered_slots_;  // zero<k>: each slot, gathered for a checkpoint
 };
 
 }  // namespace typeflow

@@ -14,6 +14,22 @@
 //   after_update()  the updated weights from replica 0 to the others (and
 //                   the mean of batch_norm's statistics under
 //                   sync_batch_norm_statistics).
+//
+// zero<k, mirrored<N>> (distribute/zero.hpp) cuts the trainable region into N
+// shards; replica r owns shard r and keeps only its optimizer slots, after
+// its gradients, in its own arena (replica 0's in the engine's):
+//   step()          under zero<2> a reduce-scatter instead: each replica sums
+//                   its own shard of every replica's gradients (the same
+//                   order, so the same bits) into its gradient region;
+//                   under zero<1> the mean goes to replica 0's as above;
+//   sharded_update()  each replica's arguments for its shard (weights, the
+//                   mean gradient, its slot shards), which the optimizer
+//                   updates on every replica at once
+//                   (optimizers/sharded_update.hpp);
+//   after_update()  the all-gather: each replica copies the other shards'
+//                   updated weights from their owners.
+// all_updatable(), unscale_all_finite() and apply_regularizers() are the
+// engine's per-gradient steps over zero<2>'s shards, one verdict for all.
 #pragma once
 
 #include <algorithm>
@@ -31,10 +47,15 @@
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/model/memory_plan.hpp"
+#include "typeflow/optimizers/sharded_update.hpp"
+#include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
+#include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
+#include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 
 namespace typeflow {
@@ -45,6 +66,11 @@ class cpu_replicas {
 
  public:
   static constexpr int count = Strategy::replicas;
+  static constexpr int stage = zero_stage_v<Strategy>;  // 0: nothing sharded (mirrored<N>)
+  using shards = region_shards<Net::trainable_floats, count>;
+  // The bytes of one optimizer slot in a replica's arena: the whole trainable
+  // region on replica 0, or under zero<k> one shard on every replica.
+  static constexpr std::size_t slot_stride = stage > 0 ? shards::shard_bytes : plan0::trainable_bytes;
 
   explicit cpu_replicas(std::uint64_t seed) {
     if constexpr (count > 1) {
@@ -56,6 +82,25 @@ class cpu_replicas {
       restore_runs(seed, 0);
       pool_ = std::make_unique<replica_pool>(count, std::max(1, omp_get_max_threads() / count));
     }
+    if constexpr (stage > 0) {
+      std::ptrdiff_t bounds[count + 1];
+      for (int r = 0; r <= count; ++r) bounds[r] = static_cast<std::ptrdiff_t>(shards::begin(r));
+      shard_table_ = optimizers::cut_region(parameter_table<Net>::tensors(), bounds);
+    }
+  }
+
+  // zero<k>, after compile(): each secondary's `slots` slot shards, zeroed,
+  // between its gradients and its step region (whose programs start again).
+  void compiled(int slots) {
+    static_assert(stage > 0, "cpu_replicas::compiled: only zero<k> keeps slots on replicas 1 .. N-1");
+    slots_ = slots;
+    step_base_ = plan0::slots_offset + static_cast<std::size_t>(slots) * slot_stride;
+    for (auto& replica : secondaries_) {
+      replica->program.reset();
+      replica->memory.reserve(step_base_, plan0::slots_offset);
+      std::memset(replica->memory.data() + plan0::slots_offset, 0, step_base_ - plan0::slots_offset);
+    }
+    slot_pointers_.assign(static_cast<std::size_t>(count * slots), nullptr);
   }
 
   // Each replica's dropout stream: its own seed drawn from the model's, and
@@ -101,20 +146,28 @@ class cpu_replicas {
     };
     using job_type = decltype(job);
     pool_->run([](void* context, int r) { (*static_cast<job_type*>(context))(r); }, &job);
-    all_reduce_gradients(reinterpret_cast<float*>(primary_arena + plan0::gradients_offset));
+    if constexpr (stage >= 2)
+      reduce_scatter_gradients(primary_arena);
+    else
+      all_reduce_gradients(reinterpret_cast<float*>(primary_arena + plan0::gradients_offset));
     double loss = 0;
     for (double l : losses) loss += l / count;
     return loss;
   }
 
-  // After an optimizer update on replica 0: the trainable weights to the
-  // others (each replica keeps its own statistics), and with
-  // sync_batch_norm_statistics the replicas' mean statistics to all.
+  // After an optimizer update: the trainable weights from replica 0 to the
+  // others, or under zero<k> each shard's from its owner to the others (the
+  // all-gather); each replica keeps its own statistics, or with
+  // sync_batch_norm_statistics all take the replicas' mean.
   void after_update(float* primary) {
-    for (const auto& t : parameter_table<Net>::tensors()) {
-      if (t.kind == param_kind::statistic) continue;
-      for (auto& replica : secondaries_)
-        std::memcpy(replica->memory.template at<float>(0) + t.offset, primary + t.offset, t.size * sizeof(float));
+    if constexpr (stage > 0) {
+      all_gather_weights(primary);
+    } else {
+      for (const auto& t : parameter_table<Net>::tensors()) {
+        if (t.kind == param_kind::statistic) continue;
+        for (auto& replica : secondaries_)
+          std::memcpy(replica->memory.template at<float>(0) + t.offset, primary + t.offset, t.size * sizeof(float));
+      }
     }
     if constexpr (Strategy::sync_statistics) {
       for (const auto& t : parameter_table<Net>::tensors()) {
@@ -130,6 +183,83 @@ class cpu_replicas {
     }
   }
 
+  // zero<k>: the update's arguments, shard r's on replica r: its weights,
+  // the mean gradient (replica 0's under zero<1>, its own under zero<2>) and
+  // its slot shards. `primary` is the engine's arena (replica 0's).
+  optimizers::sharded_update sharded_update(std::byte* primary, std::int64_t iteration) {
+    static_assert(stage > 0, "cpu_replicas::sharded_update: only under zero<k>");
+    for (int r = 0; r < count; ++r) {
+      const std::size_t begin = shards::begin(r);
+      float** slots = slot_pointers_.data() + static_cast<std::size_t>(r * slots_);
+      for (int s = 0; s < slots_; ++s) slots[s] = slot_shard(r, s, primary);
+      optimizers::update_arguments& a = shard_arguments_[r];
+      a = {};
+      a.weights = weights_of(r, primary) + begin;
+      a.grads = gradients_of(stage >= 2 ? r : 0, primary) + begin;
+      a.slots = slots;
+      a.floats = static_cast<std::ptrdiff_t>(shards::size(r));
+      a.tensors = shard_table_[static_cast<std::size_t>(r)].pieces;
+      a.iteration = iteration;
+    }
+    return {parameter_table<Net>::tensors(), shard_table_, shard_arguments_,
+            stage >= 2 ? nullptr : gradients_of(0, primary), runner()};
+  }
+
+  // zero<2>'s steps over the mean gradient, each replica over its shard, one
+  // verdict for all: whether every value may reach an update (the NaN
+  // policy); the loss scale's unscaling, and whether all were finite; the
+  // regularizers' gradients added to the shards (returns the penalty: the
+  // sum of each tensor's pieces' penalties, so a tensor a boundary cuts may
+  // differ from apply_regularizers' sum in its last bits).
+  bool all_updatable(std::byte* primary) {
+    int bad[count] = {};
+    auto check = [&](int r) {
+      bad[r] = !all_updatable_parallel(gradients_of(r, primary) + shards::begin(r), shards::size(r));
+    };
+    run_on_replicas(check);
+    return std::none_of(bad, bad + count, [](int b) { return b != 0; });
+  }
+  bool unscale_all_finite(std::byte* primary, float scale) {
+    int bad[count] = {};
+    auto unscale = [&](int r) {
+      bad[r] = !precision::unscale_all_finite(gradients_of(r, primary) + shards::begin(r), shards::size(r), scale);
+    };
+    run_on_replicas(unscale);
+    return std::none_of(bad, bad + count, [](int b) { return b != 0; });
+  }
+  double apply_regularizers_to_shards(std::byte* primary) {
+    const float* weights = weights_of(0, primary);
+    double total = 0;
+    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
+      const std::size_t first = offset / sizeof(float), last = first + floats;
+      for (int r = 0; r < count; ++r) {
+        const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
+        if (begin < end) total += Regularizer::apply(weights + begin, gradients_of(r, primary) + begin, end - begin);
+      }
+    });
+    return total;
+  }
+
+  // zero<k>: the whole mean gradient (zero<2>: each shard from its owner)
+  // and optimizer slot s, gathered into `into` (trainable floats), and slot s
+  // scattered from `from` to the shards' owners.
+  void gather_gradients(const std::byte* primary, float* into) const {
+    for (int r = 0; r < count; ++r) {
+      const int holder = stage >= 2 ? r : 0;
+      const std::byte* arena = holder == 0 ? primary : secondaries_[static_cast<std::size_t>(holder - 1)]->memory.data();
+      std::memcpy(into + shards::begin(r), reinterpret_cast<const float*>(arena + plan0::gradients_offset) + shards::begin(r),
+                  shards::size(r) * sizeof(float));
+    }
+  }
+  void gather_slot(int s, std::byte* primary, float* into) {
+    for (int r = 0; r < count; ++r)
+      std::memcpy(into + shards::begin(r), slot_shard(r, s, primary), shards::size(r) * sizeof(float));
+  }
+  void scatter_slot(int s, std::byte* primary, const float* from) {
+    for (int r = 0; r < count; ++r)
+      std::memcpy(slot_shard(r, s, primary), from + shards::begin(r), shards::size(r) * sizeof(float));
+  }
+
  private:
   struct secondary {
     arena memory;
@@ -137,6 +267,71 @@ class cpu_replicas {
     run_state run;
     program_slot program;
   };
+
+  // Replica r's parameter region, gradient region and slot s's shard
+  // (replica 0's in the engine's arena, `primary`).
+  float* weights_of(int r, std::byte* primary) {
+    return r == 0 ? reinterpret_cast<float*>(primary)
+                  : secondaries_[static_cast<std::size_t>(r - 1)]->memory.template at<float>(0);
+  }
+  float* gradients_of(int r, std::byte* primary) {
+    std::byte* arena = r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory.data();
+    return reinterpret_cast<float*>(arena + plan0::gradients_offset);
+  }
+  float* slot_shard(int r, int s, std::byte* primary) {
+    std::byte* arena = r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory.data();
+    return reinterpret_cast<float*>(arena + plan0::slots_offset + static_cast<std::size_t>(s) * slot_stride);
+  }
+
+  // f(r) on every replica's thread at once.
+  template <class F>
+  void run_on_replicas(F& f) {
+    pool_->run([](void* context, int r) { (*static_cast<F*>(context))(r); }, &f);
+  }
+  optimizers::shard_runner runner() {
+    return {[](void* pool, optimizers::shard_runner::job job, void* context) {
+              static_cast<replica_pool*>(pool)->run(job, context);
+            },
+            pool_.get()};
+  }
+
+  // zero<2>: shard r's mean into replica r's gradients, summed in replica
+  // order element by element as all_reduce_gradients sums.
+  void reduce_scatter_gradients(std::byte* primary) {
+    float* from[count];
+    for (int r = 0; r < count; ++r) from[r] = gradients_of(r, primary);
+    auto reduce = [&](int r) {
+      const std::ptrdiff_t begin = static_cast<std::ptrdiff_t>(shards::begin(r));
+      float* const into = from[r];
+      const float* const* const sources = from;
+      constexpr float mean = 1.f / count;
+      typeflow::parallel_for(static_cast<std::ptrdiff_t>(shards::size(r)), [=](std::ptrdiff_t k) {
+        const std::ptrdiff_t i = begin + k;
+        float total = sources[0][i];
+        for (int q = 1; q < count; ++q) total += sources[q][i];
+        into[i] = total * mean;
+      });
+    };
+    run_on_replicas(reduce);
+  }
+
+  // zero<k>: each replica copies the other shards' trainable tensors
+  // (statistics stay each replica's) from their owners.
+  void all_gather_weights(float* primary) {
+    std::byte* arena = reinterpret_cast<std::byte*>(primary);
+    auto gather = [&](int r) {
+      float* own = weights_of(r, arena);
+      for (int s = 0; s < count; ++s) {
+        if (s == r) continue;
+        const float* owner = weights_of(s, arena);
+        const std::size_t begin = shards::begin(s);
+        for (const optimizers::parameter_tensor& piece : shard_table_[static_cast<std::size_t>(s)].pieces)
+          if (piece.kind != param_kind::statistic)
+            std::memcpy(own + begin + piece.offset, owner + begin + piece.offset, piece.size * sizeof(float));
+      }
+    };
+    run_on_replicas(gather);
+  }
 
   void synchronize(const std::byte* primary) {
     if (!stale_) return;
@@ -151,10 +346,10 @@ class cpu_replicas {
     if (program_type* held = replica.program.template find<program_type>(N)) return *held;
     replica.program.reset();
     using plan = memory_plan<Net, N, 0>;
-    replica.memory.reserve(plan::total_bytes, plan::activations_offset);
+    replica.memory.reserve(step_base_ + plan::per_step_bytes, step_base_);
     replica.context.native_bf16 = backend::cpu::native_bf16_products();
-    return replica.program.template emplace<program_type>(N, replica.memory.data(), plan::activations_offset,
-                                                          replica.context, replica.run);
+    return replica.program.template emplace<program_type>(N, replica.memory.data(), step_base_, replica.context,
+                                                          replica.run);
   }
 
   // The mean of the replicas' gradients into replica 0's.
@@ -173,6 +368,14 @@ class cpu_replicas {
   std::vector<std::unique_ptr<secondary>> secondaries_;
   std::unique_ptr<replica_pool> pool_;
   bool stale_ = true;
+  // Where a secondary's step region starts: after its slot shards (zero<k>).
+  std::size_t step_base_ = plan0::slots_offset;
+  // zero<k>: each shard's pieces of the tensors, the optimizer's slot count,
+  // and sharded_update()'s arguments and slot pointers (count x slots).
+  std::vector<optimizers::region_shard> shard_table_;
+  int slots_ = 0;
+  optimizers::update_arguments shard_arguments_[count];
+  std::vector<float*> slot_pointers_;
 };
 
 }  // namespace typeflow

@@ -4,13 +4,15 @@
 //   tf::model<gpt2, tf::mixed_bfloat16, tf::single_device, tf::cuda, tf::device_budget<80 * tf::GiB>> m;
 //
 // At each batch size the model is given (fit, train_on_batch, evaluate,
-// predict), the plan's bytes for one device (the parameters, gradients,
-// activations, workspaces, scratch and loss rows of its share of the batch)
-// must fit the budget, or the program does not compile; the error's one line
-// names both numbers: 'budget_check<plan bytes, budget bytes, false>::passed'.
-// The optimizer's slots are known only when compile() runs: fit and
-// train_on_batch check them with the rest before the first step, with an
-// exception giving the same two numbers.
+// predict), the bytes one replica holds (distribute/rank_memory.hpp: the
+// parameters, gradients, activations, workspaces, scratch and loss rows of
+// its share of the batch) must fit the budget, or the program does not
+// compile; the error's one line names both numbers: 'budget_check<plan
+// bytes, budget bytes, false>::passed'. The optimizer's slots are known only
+// when compile() runs: fit and train_on_batch check them with the rest before
+// the first step, with an exception giving the same two numbers. Under
+// zero<k> a replica's slots are its shard's, so a model whose slots fit only
+// when sharded trains there and is refused under mirrored<N>.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "typeflow/distribute/rank_memory.hpp"
 #include "typeflow/model/memory_plan.hpp"
 
 namespace typeflow {
@@ -54,17 +57,17 @@ struct budget_check {
   static constexpr bool passed = Fits;
 };
 
-// The plan for a batch of Batch samples on one device, with `slots`
-// optimizer slots, against Budget: at compile time without the slots, at
-// run time (check_slots) with them.
-template <class Budget, class Plan>
+// One replica's bytes (a rank_memory), with `slots` optimizer slots,
+// against Budget: at compile time without the slots, at run time
+// (check_slots) with them.
+template <class Budget, class Memory>
 struct budget_of_plan {
   static constexpr bool checked = Budget::bytes > 0;
-  static constexpr std::uint64_t bytes = Plan::total_bytes;
+  static constexpr std::uint64_t bytes = Memory::bytes_before_slots;
 
   static void check_slots(int slots, const char* where) {
     if constexpr (checked) {
-      const std::uint64_t with_slots = bytes + static_cast<std::uint64_t>(slots) * Plan::trainable_bytes;
+      const std::uint64_t with_slots = Memory::bytes(slots);
       if (with_slots > Budget::bytes)
         throw std::invalid_argument(std::string(where) + ": the memory plan for this batch size needs " +
                                     std::to_string(with_slots) + " bytes per device with the optimizer's " +
@@ -74,15 +77,15 @@ struct budget_of_plan {
   }
 };
 
-// The memory plan of Net for batch size N, per device (over Replicas
-// devices, each takes its share), against Budget: without the optimizer's
-// slots at compile time, with them (`slots`) at run time, before fit,
-// train_on_batch, evaluate or predict allocates anything.
-template <class Budget, class Net, int N, int Replicas>
+// What one replica of Net holds at global batch size N under Strategy
+// (each replica takes its share of the batch; under zero<k> its shard of the
+// slots), against Budget: without the optimizer's slots at compile time, with
+// them (`slots`) at run time, before fit, train_on_batch, evaluate or
+// predict allocates anything.
+template <class Budget, class Net, int N, class Strategy>
 void check_device_budget(int slots, const char* where) {
   if constexpr (Budget::bytes > 0) {
-    constexpr int per_device = N % Replicas == 0 ? N / Replicas : N;  // else the strategy's error
-    using budget = budget_of_plan<Budget, memory_plan<Net, per_device, 0>>;
+    using budget = budget_of_plan<Budget, rank_memory<Net, Strategy, N>>;
     static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
                   "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
                   "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "

@@ -38,8 +38,10 @@
 #include "typeflow/data/any_dataset.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/distribute/mirrored.hpp"
+#include "typeflow/distribute/rank_memory.hpp"
 #include "typeflow/distribute/single_device.hpp"
 #include "typeflow/distribute/strategy.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/io/safetensors.hpp"
 #include "typeflow/io/weights_options.hpp"
 #include "typeflow/model/memory_plan.hpp"
@@ -80,6 +82,7 @@ class model {
   static_assert(strategy<Strategy>,
                 "model<Net, Policy, Strategy, Device>: Strategy is single_device, mirrored<N> or multi_worker, or "
                 "a type with their facts and collectives (distribute/strategy.hpp lists them)");
+  static_assert(distribute::zero_runs<Strategy, Device>(), "zero<Stage, Strategy>: see the error above");
 
  public:
   using policy_type = typename detail::policy_of<Policy>::type;
@@ -119,9 +122,20 @@ class model {
 
   // Keras's table: layer, output shape, parameter count, totals, nested
   // blocks expanded; within line_length columns (0: the terminal's width).
-  void summary(std::FILE* out = stdout, std::size_t line_length = 0) const { print_summary<Net>(out, line_length); }
+  // Under zero<k>, then, what each replica holds (distribute/rank_memory.hpp).
+  void summary(std::FILE* out = stdout, std::size_t line_length = 0) const {
+    print_summary<Net>(out, line_length);
+    if constexpr (is_zero_v<Strategy>) {
+      const std::string per_replica = distribute::rank_memory_text<Net, Strategy>(training_.optimizer ? training_.slots : -1);
+      std::fwrite(per_replica.data(), 1, per_replica.size(), out);
+    }
+  }
   // The same table as text (0: no width limit), e.g. for a report.
-  static std::string summary_text(std::size_t line_length = 0) { return typeflow::summary_text<Net>(line_length); }
+  static std::string summary_text(std::size_t line_length = 0) {
+    std::string text = typeflow::summary_text<Net>(line_length);
+    if constexpr (is_zero_v<Strategy>) text += distribute::rank_memory_text<Net, Strategy>(-1);
+    return text;
+  }
   // What a report lists about this model and its training, as (name, value)
   // rows: the network's compile-time facts, the policy, strategy and device,
   // and what compile() and the last fit were given.
@@ -139,6 +153,9 @@ class model {
     for (const auto& metric : training_.metrics) metric_names += (metric_names.empty() ? "" : ", ") + std::string(metric->name());
     if (!metric_names.empty()) rows.emplace_back("metrics", metric_names);
     if (trained_batch_size_ > 0) rows.emplace_back("batch size", std::to_string(trained_batch_size_));
+    if constexpr (is_zero_v<Strategy>)
+      for (auto& [what, value] : distribute::rank_memory_rows<Net, Strategy>(training_.optimizer ? training_.slots : -1))
+        rows.emplace_back(what + " per replica", std::move(value));
     return rows;
   }
 
@@ -565,7 +582,7 @@ class model {
   }
   template <int N>
   static void check_budget(int slots, const char* where) {
-    check_device_budget<Budget, Net, N, replica_count>(slots, where);
+    check_device_budget<Budget, Net, N, Strategy>(slots, where);
   }
 
   // A run continued from a checkpoint trains at the checkpoint's batch size.

@@ -1,0 +1,96 @@
+// rank_memory<Net, Strategy, Batch>: the bytes one replica (rank) holds when
+// Net trains at global batch Batch under Strategy, at compile time; the
+// device budget (train/device_budget.hpp) applies to it, and summary() prints
+// it for a zero<> strategy.
+//
+//   parameters      every replica holds all of them (zero<3> would shard them)
+//   gradients       the region backward writes: all trainable floats on every
+//                   replica and stage. (zero<2> keeps only its shard of the
+//                   mean, reduced_gradient_bytes, but on the CPU backward
+//                   writes the whole region before the reduce-scatter; a
+//                   backward that reduces bucket by bucket is not built.)
+//   slots           per optimizer slot, on the replica that holds the most:
+//                   all trainable floats on replica 0 (single_device,
+//                   mirrored<N>: replicas 1..N-1 hold none), or one shard on
+//                   every replica (zero<k>)
+//   gathered        stage 3's gathered parameters: 0 (not built)
+//   activations     the step region of the replica's share of the batch
+//                   (Batch / N samples): activations, their gradients,
+//                   workspaces, scratch and loss rows
+//
+// bytes(slots) is the sum with `slots` optimizer slots: the largest replica's
+// arena on the CPU (train/cpu_replicas.hpp lays the replicas out so).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "typeflow/distribute/zero.hpp"
+#include "typeflow/model/memory_plan.hpp"
+
+namespace typeflow {
+
+template <class Net, class Strategy, int Batch>
+struct rank_memory {
+  static constexpr int replicas = Strategy::replicas;
+  static constexpr int stage = zero_stage_v<Strategy>;
+  // Each replica's share (the strategy's own error refuses a batch N does not divide).
+  static constexpr int batch_per_replica = Batch % replicas == 0 ? Batch / replicas : Batch;
+  using plan = memory_plan<Net, batch_per_replica, 0>;
+  using shards = region_shards<Net::trainable_floats, replicas>;
+
+  static constexpr std::size_t parameter_bytes = plan::parameter_bytes;
+  static constexpr std::size_t gradient_bytes = plan::trainable_bytes;
+  static constexpr std::size_t reduced_gradient_bytes = stage >= 2 ? shards::shard_bytes : plan::trainable_bytes;
+  static constexpr std::size_t slot_bytes = stage >= 1 ? shards::shard_bytes : plan::trainable_bytes;
+  static constexpr std::size_t gathered_bytes = 0;
+  static constexpr std::size_t activation_bytes = plan::per_step_bytes;
+
+  // Without the optimizer's slots (known when compile() runs): the plan's total.
+  static constexpr std::size_t bytes_before_slots = parameter_bytes + gradient_bytes + gathered_bytes + activation_bytes;
+  static_assert(bytes_before_slots == plan::total_bytes, "rank_memory: the regions add up to the memory plan's");
+  static constexpr std::size_t bytes(int slots) {
+    return bytes_before_slots + static_cast<std::size_t>(slots) * slot_bytes;
+  }
+};
+
+namespace distribute {
+
+// What each replica holds whatever the batch size, as (what, bytes) rows:
+// summary() prints them under a zero<> strategy, settings() lists them.
+// `slots` < 0 before compile().
+template <class Net, class Strategy>
+std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots) {
+  using memory = rank_memory<Net, Strategy, 0>;
+  const auto bytes = [](std::size_t n) {
+    std::string digits = std::to_string(n), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+      out += digits[i];
+    }
+    return out + " bytes";
+  };
+  std::vector<std::pair<std::string, std::string>> rows{{"parameters", bytes(memory::parameter_bytes)}};
+  std::string gradients = bytes(memory::gradient_bytes);
+  if (memory::reduced_gradient_bytes != memory::gradient_bytes)
+    gradients += " (the update keeps its shard of the mean: " + bytes(memory::reduced_gradient_bytes) + ")";
+  rows.emplace_back("gradients", gradients);
+  std::string slot_text = bytes(memory::slot_bytes) + " each";
+  if (slots >= 0) slot_text += " (" + std::to_string(slots) + " slots: " + bytes(memory::bytes(slots) - memory::bytes(0)) + ")";
+  rows.emplace_back("optimizer slots", slot_text);
+  rows.emplace_back("activations", "those of its share of the batch, 1 / " + std::to_string(memory::replicas));
+  return rows;
+}
+
+// The rows as summary() prints them, under a heading naming the strategy.
+template <class Net, class Strategy>
+std::string rank_memory_text(int slots) {
+  std::string text = "Per replica (" + Strategy::name() + ", " + std::to_string(Strategy::replicas) + " replicas):\n";
+  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots)) text += "  " + what + ": " + value + "\n";
+  return text;
+}
+
+}  // namespace distribute
+}  // namespace typeflow

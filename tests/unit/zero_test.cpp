@@ -1,0 +1,276 @@
+// zero<k, mirrored<N>>: replicas that each keep a shard of the optimizer's
+// slots (k = 1) and of the mean gradient (k = 2) train to mirrored<N>'s
+// weights and slots, bit for bit (global_clipnorm under zero<2>: to its
+// stated tolerance); each replica's bytes are the hand-computed ones; and
+// checkpoints cross between sharded and unsharded models and replica counts.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <typeflow/typeflow.hpp>
+
+#include "../support/resume_fixture.hpp"
+#include "../support/test_support.hpp"
+
+namespace tf = typeflow;
+namespace fs = std::filesystem;
+namespace tf_testing = typeflow::testing;
+
+namespace {
+
+// 8 inputs, 16 hidden, 4 classes: kernel (8, 16), bias (16), kernel (16, 4)
+// with rows padded to 16 floats, bias (4) padded to 16 (checked below).
+using mlp = tf::sequential<tf::input<8>, tf::dense<16>, tf::relu, tf::dense<4, tf::float32>>;
+using frozen_mlp = tf::sequential<tf::input<8>, tf::frozen<tf::dense<16>>, tf::relu, tf::dense<16>, tf::relu,
+                                  tf::dense<4, tf::float32>>;
+
+template <class Strategy, class Net = mlp, class Policy = tf::float32>
+using model_under = tf::model<Net, Policy, Strategy>;
+template <int Stage, int N>
+using zero_mirrored = tf::zero<Stage, tf::mirrored<N>>;
+
+auto batch_number(int index) { return tf_testing::numbered_batch<16, 8, 4>(index); }
+const tf::losses::sparse_categorical_crossentropy logits_loss{.from_logits = true};
+
+template <class Model, class Optimizer>
+void train(Model& model, const Optimizer& optimizer, int steps = 5) {
+  model.compile(optimizer, logits_loss);
+  for (int step = 0; step < steps; ++step) model.train_on_batch(batch_number(step));
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// Every tensor of two checkpoints (weights and each optimizer slot), byte for byte.
+bool same_tensors(const fs::path& a, const fs::path& b) {
+  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
+  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
+  for (const auto& t : x.tensors.tensors()) {
+    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
+    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
+  }
+  return true;
+}
+
+// The largest |a - b| / max(|a|, 1e-3) over a checkpoint's tensors.
+double largest_relative_gap(const fs::path& a, const fs::path& b) {
+  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
+  double worst = 0;
+  for (const auto& t : x.tensors.tensors()) {
+    const auto p = tf::checkpoint_floats(x.tensors, t.name), q = tf::checkpoint_floats(y.tensors, t.name);
+    for (std::size_t i = 0; i < p.size(); ++i)
+      worst = std::max(worst, std::fabs(double{p[i]} - q[i]) / std::max(std::fabs(double{p[i]}), 1e-3));
+  }
+  return worst;
+}
+
+// Trains the zero<> model and the mirrored<N> one alike and checks the
+// weights on every replica and every optimizer slot (gathered from the
+// shards by save_checkpoint) against mirrored<N>'s, bit for bit.
+template <class Sharded, class Mirrored, class Optimizer>
+void check_same_bits(const Optimizer& optimizer, int steps = 5) {
+  Sharded sharded{7};
+  Mirrored mirrored{7};
+  train(sharded, optimizer, steps);
+  train(mirrored, optimizer, steps);
+  CHECK(sharded.iterations() == mirrored.iterations());
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  for (int r = 1; r < Sharded::replica_count; ++r)
+    CHECK(same_bits(sharded.replica_parameter_region(r), mirrored.parameter_region()));
+  tf_testing::temp_dir a("typeflow_zero_test_a"), b("typeflow_zero_test_b");
+  CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+}
+
+}  // namespace
+
+TEST_CASE("zero<1|2, mirrored<2|4>> with adam train to mirrored<N>'s weights and slots, bit for bit") {
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  check_same_bits<model_under<zero_mirrored<1, 2>>, model_under<tf::mirrored<2>>>(adam);
+  check_same_bits<model_under<zero_mirrored<2, 2>>, model_under<tf::mirrored<2>>>(adam);
+  check_same_bits<model_under<zero_mirrored<1, 4>>, model_under<tf::mirrored<4>>>(adam);
+  check_same_bits<model_under<zero_mirrored<2, 4>>, model_under<tf::mirrored<4>>>(adam);
+}
+
+TEST_CASE("zero<k> with sgd momentum, clipnorm, accumulate<2> and decoupled weight decay gives mirrored<N>'s bits") {
+  const tf::optimizers::sgd momentum{.learning_rate = 0.1, .momentum = 0.9, .clipnorm = 0.05f};
+  check_same_bits<model_under<zero_mirrored<1, 2>>, model_under<tf::mirrored<2>>>(momentum);
+  check_same_bits<model_under<zero_mirrored<2, 4>>, model_under<tf::mirrored<4>>>(momentum);
+  const auto accumulated = tf::optimizers::accumulate<2>(tf::optimizers::adamw{.learning_rate = 0.01, .weight_decay = 0.1f});
+  check_same_bits<model_under<zero_mirrored<1, 4>>, model_under<tf::mirrored<4>>>(accumulated, 7);  // 3 updates, 1 pending
+  check_same_bits<model_under<zero_mirrored<2, 2>>, model_under<tf::mirrored<2>>>(accumulated, 7);
+}
+
+TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits; zero<2> sums the shards' norms, within 1e-6") {
+  // A limit below the gradients' norm, so that every update clips (sgd's
+  // step, unlike adam's, scales with the factor).
+  const tf::optimizers::sgd clipped{.learning_rate = 0.1, .momentum = 0.9, .global_clipnorm = 0.05f};
+  check_same_bits<model_under<zero_mirrored<1, 2>>, model_under<tf::mirrored<2>>>(clipped);
+  model_under<zero_mirrored<2, 4>> sharded{7};
+  model_under<tf::mirrored<4>> mirrored{7}, unclipped{7};
+  train(sharded, clipped);
+  train(mirrored, clipped);
+  train(unclipped, tf::optimizers::sgd{.learning_rate = 0.1, .momentum = 0.9});
+  CHECK(!same_bits(unclipped.parameter_region(), mirrored.parameter_region()));  // the limit clips
+  tf_testing::temp_dir a("typeflow_zero_test_a"), b("typeflow_zero_test_b");
+  const double gap = largest_relative_gap(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path));
+  MESSAGE("zero<2, mirrored<4>> with global_clipnorm: largest relative gap to mirrored<4> " << gap);
+  CHECK(gap <= 1e-6);
+}
+
+TEST_CASE("zero<2>: a gradient that is not finite in one shard stops the step before any replica updates") {
+  model_under<zero_mirrored<2, 2>> model{4};
+  model.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+  model.train_on_batch(batch_number(0));
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  auto poisoned = batch_number(1);
+  poisoned.features[9 * 8 + 3] = std::nanf("");  // sample 9 (replica 1's), feature 3: row 3 of layers.1.kernel, in shard 0
+  CHECK_THROWS_WITH_AS(model.train_on_batch(poisoned), doctest::Contains("the gradient of layers.1.kernel is not finite"),
+                       tf::non_finite_error);
+  CHECK(same_bits(model.parameter_region(), before));
+  CHECK(same_bits(model.replica_parameter_region(1), before));
+  CHECK(model.iterations() == 1);
+}
+
+TEST_CASE("zero<k> over frozen<> layers shards only the trainable region and gives mirrored<N>'s bits") {
+  static_assert(model_under<tf::mirrored<2>, frozen_mlp>::bound_network::trainable_floats <
+                model_under<tf::mirrored<2>, frozen_mlp>::bound_network::parameter_floats);
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  check_same_bits<model_under<zero_mirrored<2, 4>, frozen_mlp>, model_under<tf::mirrored<4>, frozen_mlp>>(adam);
+}
+
+TEST_CASE("zero<k> under mixed_float16: one loss-scale verdict over every shard, mirrored<N>'s bits") {
+  const auto run = [](auto& model) {
+    model.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+    // 2^24 overflows float16's gradients: the first steps are skipped and the scale halves.
+    model.set_loss_scale(tf::precision::dynamic_loss_scale{.initial_scale = 16777216.f, .growth_steps = 2});
+    for (int step = 0; step < 8; ++step) model.train_on_batch(batch_number(step));
+  };
+  model_under<zero_mirrored<2, 2>, mlp, tf::mixed_float16> sharded{3};
+  model_under<tf::mirrored<2>, mlp, tf::mixed_float16> mirrored{3};
+  run(sharded);
+  run(mirrored);
+  CHECK(mirrored.skipped_steps() > 0);
+  CHECK(sharded.skipped_steps() == mirrored.skipped_steps());
+  CHECK(sharded.loss_scale() == mirrored.loss_scale());
+  CHECK(sharded.iterations() == mirrored.iterations());
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  tf_testing::temp_dir a("typeflow_zero_test_a"), b("typeflow_zero_test_b");
+  CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+}
+
+TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per replica") {
+  using net = model_under<tf::mirrored<2>>::bound_network;
+  // kernel 8 x 16 (128) + bias 16 + kernel 16 x 4 in rows padded to 16 (256) + bias 4 padded to 16.
+  static_assert(net::trainable_floats == 128 + 16 + 256 + 16 && net::parameter_floats == 416);
+  using two = tf::rank_memory<net, zero_mirrored<1, 2>, 16>;
+  using four = tf::rank_memory<net, zero_mirrored<2, 4>, 16>;
+  using unsharded = tf::rank_memory<net, tf::mirrored<2>, 16>;
+  // 416 / 2 = 208 floats, a multiple of 16; 416 / 4 = 104, rounded up to 112.
+  static_assert(two::shards::shard_floats == 208 && four::shards::shard_floats == 112);
+  static_assert(four::shards::begin(3) == 336 && four::shards::size(3) == 80);  // the last is shorter
+  static_assert(unsharded::slot_bytes == 416 * 4 && two::slot_bytes == 208 * 4 && four::slot_bytes == 112 * 4);
+  static_assert(two::parameter_bytes == 416 * 4 && four::parameter_bytes == 416 * 4);
+  // zero<1> keeps the whole mean gradient; zero<2> its shard, inside the region backward writes.
+  static_assert(two::gradient_bytes == 416 * 4 && two::reduced_gradient_bytes == 416 * 4);
+  static_assert(four::gradient_bytes == 416 * 4 && four::reduced_gradient_bytes == 112 * 4);
+  static_assert(two::gathered_bytes == 0);
+  // Each replica's step region is that of its share of the batch.
+  static_assert(two::activation_bytes == tf::memory_plan<net, 8, 0>::per_step_bytes);
+  static_assert(four::activation_bytes == tf::memory_plan<net, 4, 0>::per_step_bytes);
+  static_assert(two::bytes(2) == tf::memory_plan<net, 8, 0>::total_bytes + 2 * 208 * 4);
+  static_assert(unsharded::bytes(2) == tf::memory_plan<net, 8, 0>::total_bytes + 2 * 416 * 4);
+
+  // summary() and settings() say it.
+  const std::string text = model_under<zero_mirrored<2, 4>>::summary_text();
+  INFO(text);
+  CHECK(text.find("Per replica (zero<2, mirrored<4>>, 4 replicas):\n"
+                  "  parameters: 1,664 bytes\n"
+                  "  gradients: 1,664 bytes (the update keeps its shard of the mean: 448 bytes)\n"
+                  "  optimizer slots: 448 bytes each\n") != std::string::npos);
+  model_under<zero_mirrored<1, 2>> adam_model{1};
+  adam_model.compile(tf::optimizers::adam{}, logits_loss);
+  std::string slots_row;
+  for (const auto& [name, value] : adam_model.settings())
+    if (name == "optimizer slots per replica") slots_row = value;
+  CHECK(slots_row == "832 bytes each (2 slots: 1,664 bytes)");
+
+  // A budget with room for the plan and two slots' shards, not two whole slots:
+  // zero<1, mirrored<2>> trains, mirrored<2> is refused before its first step.
+  using budget = tf::device_budget<two::bytes(2)>;
+  static_assert(two::bytes(2) < unsharded::bytes(2));
+  tf::model<mlp, tf::float32, zero_mirrored<1, 2>, tf::cpu, budget> fits{1};
+  tf::model<mlp, tf::float32, tf::mirrored<2>, tf::cpu, budget> refused{1};
+  fits.compile(tf::optimizers::adam{}, logits_loss);
+  refused.compile(tf::optimizers::adam{}, logits_loss);
+  CHECK_NOTHROW(fits.train_on_batch(batch_number(0)));
+  const std::string needs = "needs " + std::to_string(unsharded::bytes(2)) + " bytes";
+  CHECK_THROWS_WITH_AS(refused.train_on_batch(batch_number(0)), doctest::Contains(needs.c_str()), std::invalid_argument);
+}
+
+TEST_CASE("checkpoints cross sharding and replica counts: zero<1, mirrored<2>> -> mirrored<2>, zero<2, mirrored<4>>") {
+  tf_testing::temp_dir dir("typeflow_zero_test_checkpoint"), x("typeflow_zero_test_x"), y("typeflow_zero_test_y");
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  model_under<zero_mirrored<1, 2>> writer{5};
+  train(writer, adam, 3);
+  writer.save_checkpoint(dir.path);
+
+  // The same replica count, unsharded: it continues as the writer does.
+  model_under<tf::mirrored<2>> unsharded{99};
+  unsharded.compile(adam, logits_loss);
+  unsharded.load_checkpoint(dir.path);
+  for (int step = 3; step < 6; ++step) CHECK(unsharded.train_on_batch(batch_number(step)) == writer.train_on_batch(batch_number(step)));
+  CHECK(same_tensors(unsharded.save_checkpoint(x.path), writer.save_checkpoint(y.path)));
+
+  // Four replicas, sharded and not: the same three steps from the same state.
+  tf_testing::temp_dir p("typeflow_zero_test_p"), q("typeflow_zero_test_q");
+  model_under<zero_mirrored<2, 4>> four_sharded{98};
+  model_under<tf::mirrored<4>> four{97};
+  four_sharded.compile(adam, logits_loss);
+  four.compile(adam, logits_loss);
+  four_sharded.load_checkpoint(dir.path);
+  four.load_checkpoint(dir.path);
+  CHECK(four_sharded.iterations() == 3);
+  for (int step = 3; step < 6; ++step) {
+    four_sharded.train_on_batch(batch_number(step));
+    four.train_on_batch(batch_number(step));
+  }
+  CHECK(same_tensors(four_sharded.save_checkpoint(p.path), four.save_checkpoint(q.path)));
+
+  // Between two strategies that are neither zero<k> the refusal stays.
+  model_under<tf::mirrored<4>> plain{1};
+  plain.compile(adam, logits_loss);
+  CHECK_THROWS_WITH_AS(plain.load_checkpoint(x.path),
+                       doctest::Contains("another strategy: mirrored<2>; this model's is mirrored<4>"),
+                       std::runtime_error);
+}
+
+TEST_CASE("fit under zero<2, mirrored<2>> gives mirrored<2>'s history and weights") {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  for (int i = 0; i < 64; ++i) {
+    for (int j = 0; j < 8; ++j) x.push_back(j == i % 4 ? 1.f : 0.f);
+    y.push_back(i % 4);
+  }
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::shuffle(64, 1) | tf::data::batch<16>;
+  model_under<zero_mirrored<2, 2>> sharded{2};
+  model_under<tf::mirrored<2>> mirrored{2};
+  sharded.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss, tf::metrics::accuracy{});
+  mirrored.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss, tf::metrics::accuracy{});
+  const auto a = sharded.fit(data, {.epochs = 2, .verbose = 0});
+  const auto b = mirrored.fit(data, {.epochs = 2, .verbose = 0});
+  CHECK(a["loss"] == b["loss"]);
+  CHECK(a["accuracy"] == b["accuracy"]);
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+}
+
+TEST_CASE("zero<k> refuses use_ema at compile, naming it") {
+  model_under<zero_mirrored<1, 2>> model{1};
+  CHECK_THROWS_WITH_AS(model.compile(tf::optimizers::adam{.use_ema = true}, logits_loss),
+                       doctest::Contains("use_ema under zero<1, mirrored<2>> is not built yet"), std::invalid_argument);
+}
