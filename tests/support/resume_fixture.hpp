@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -39,6 +42,22 @@ data::batch_of<N, data::tensor_value<float, shape<F>>, data::tensor_value<std::i
   for (int i = 0; i < N; ++i) b.labels[i] = (i * 5 + index) % C;
   b.valid = N;
   return b;
+}
+
+// Two float regions, bit for bit.
+inline bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// Every tensor of two checkpoints (weights and each optimizer slot), byte for byte.
+inline bool same_tensors(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const auto x = io::read_checkpoint(a), y = io::read_checkpoint(b);
+  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
+  for (const auto& t : x.tensors.tensors()) {
+    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
+    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace typeflow::testing

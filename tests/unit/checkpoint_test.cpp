@@ -31,6 +31,9 @@ namespace tf = typeflow;
 namespace fs = std::filesystem;
 namespace tf_testing = typeflow::testing;
 
+using typeflow::testing::same_bits;
+using typeflow::testing::same_tensors;
+
 namespace {
 
 using net = tf_testing::dropout_classifier;
@@ -46,21 +49,6 @@ template <class Model>
 void compile_adam(Model& m) {
   m.compile(tf::optimizers::adam{.learning_rate = 0.01}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
             tf::metrics::accuracy{});
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-// Every tensor of two checkpoints, byte for byte.
-bool same_tensors(const fs::path& a, const fs::path& b) {
-  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
-  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
-  for (const auto& t : x.tensors.tensors()) {
-    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
-    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace

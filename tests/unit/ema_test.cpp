@@ -15,10 +15,13 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/resume_fixture.hpp"
 #include "../support/test_support.hpp"
 
 namespace tf = typeflow;
 namespace tf_testing = typeflow::testing;
+
+using typeflow::testing::same_bits;
 
 namespace {
 
@@ -50,10 +53,6 @@ std::vector<typename decltype(dataset())::element_type> batches(std::uint64_t ke
   typename decltype(dataset())::element_type b;
   while (cursor.next(b)) out.push_back(b);
   return out;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 }  // namespace

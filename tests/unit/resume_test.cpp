@@ -25,6 +25,8 @@ namespace tf = typeflow;
 namespace fs = std::filesystem;
 namespace tf_testing = typeflow::testing;
 
+using typeflow::testing::same_bits;
+
 namespace {
 
 using net = tf_testing::dropout_classifier;
@@ -46,10 +48,6 @@ bool same_history(const tf::history& a, const tf::history& b) {
     h->erase("mfu");
   }
   return !x.empty() && x == y;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 // Each batch's running loss and accuracy, as fit reported them.

@@ -21,6 +21,9 @@ namespace tf = typeflow;
 namespace fs = std::filesystem;
 namespace tf_testing = typeflow::testing;
 
+using typeflow::testing::same_bits;
+using typeflow::testing::same_tensors;
+
 namespace {
 
 // 8 inputs, 16 hidden, 4 classes: kernel (8, 16), bias (16), kernel (16, 4)
@@ -41,21 +44,6 @@ template <class Model, class Optimizer>
 void train(Model& model, const Optimizer& optimizer, int steps = 5) {
   model.compile(optimizer, logits_loss);
   for (int step = 0; step < steps; ++step) model.train_on_batch(batch_number(step));
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-// Every tensor of two checkpoints (weights and each optimizer slot), byte for byte.
-bool same_tensors(const fs::path& a, const fs::path& b) {
-  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
-  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
-  for (const auto& t : x.tensors.tensors()) {
-    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
-    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
-  }
-  return true;
 }
 
 // The largest |a - b| / max(|a|, 1e-3) over a checkpoint's tensors.

@@ -259,6 +259,23 @@ TYPEFLOW_IO_INLINE checkpoint_counters read_checkpoint_manifest(const nlohmann::
 ;
 #endif
 
+// The counters a checkpoint of this training state records (the manifest's
+// "optimizer" and "training"), trained at batch_size, with the engine's.
+template <class TrainingState>
+checkpoint_counters counters_of(const TrainingState& training, int batch_size, const engine_counters& engine) {
+  checkpoint_counters c;
+  c.optimizer = std::string(training.optimizer->name());
+  c.slots = training.slots;
+  c.iterations = training.iterations;
+  c.pending_micro_batches = training.optimizer->pending_micro_batches();
+  c.epochs_begun = training.epoch_counter;
+  c.batch_size = batch_size;
+  c.engine = engine;
+  c.learning_rate = training.optimizer->constant_learning_rate();
+  c.ema_in_weights = training.ema_in_weights;
+  return c;
+}
+
 // The tensors save_checkpoint writes: "parameters" (the whole region, padding
 // included), "optimizer.slot.<s>" (each slot's trainable part: frozen layers
 // have none) and, written during fit, "callbacks.<key>.<name>".

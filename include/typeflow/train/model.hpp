@@ -568,17 +568,7 @@ class model {
             Net::parameter_floats};
   }
   checkpoint_counters saved_counters() const {
-    checkpoint_counters c;
-    c.optimizer = std::string(training_.optimizer->name());
-    c.slots = training_.slots;
-    c.iterations = training_.iterations;
-    c.pending_micro_batches = training_.optimizer->pending_micro_batches();
-    c.epochs_begun = training_.epoch_counter;
-    c.batch_size = trained_batch_size_;
-    c.engine = engine_.counters();
-    c.learning_rate = training_.optimizer->constant_learning_rate();
-    c.ema_in_weights = training_.ema_in_weights;
-    return c;
+    return counters_of(training_, trained_batch_size_, engine_.counters());
   }
   template <int N>
   static void check_budget(int slots, const char* where) {
