@@ -94,7 +94,7 @@ TEST_CASE("zero<k> with sgd momentum, clipnorm, accumulate<2> and decoupled weig
   check_same_bits<model_under<zero_mirrored<2, 2>>, model_under<tf::mirrored<2>>>(accumulated, 7);
 }
 
-TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits; zero<2> sums the shards' norms, within 1e-6") {
+TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits, zero<2> sums the shards' norms, within 1e-6") {
   // A limit below the gradients' norm, so that every update clips (sgd's
   // step, unlike adam's, scales with the factor).
   const tf::optimizers::sgd clipped{.learning_rate = 0.1, .momentum = 0.9, .global_clipnorm = 0.05f};
