@@ -11,7 +11,7 @@
 //
 //   The epoch's final line says when the run should end ("run ETA", the
 //   epochs' mean time times the epochs left) while epochs remain. "mfu"
-//   (model FLOPs utilisation, training_state.hpp) prints as a percentage.
+//   (model FLOPs utilisation, train/fit_loop.hpp) prints as a percentage.
 //
 //   While the epoch's size is unknown (epoch_info::steps == -1) the running
 //   line reads "123/Unknown - 4s 11ms/step - loss: ..."; the final line then
