@@ -144,8 +144,7 @@ class cpu_replicas {
       run_state& run = r == 0 ? primary_run : secondaries_[r - 1]->run;
       losses[r] = shard_step(*programs[r], run, batch.labels.data() + r * labels_per_shard);
     };
-    using job_type = decltype(job);
-    pool_->run([](void* context, int r) { (*static_cast<job_type*>(context))(r); }, &job);
+    run_on_replicas(job);
     if constexpr (stage >= 2)
       reduce_scatter_gradients(primary_arena);
     else
@@ -286,7 +285,7 @@ class cpu_replicas {
   // f(r) on every replica's thread at once.
   template <class F>
   void run_on_replicas(F& f) {
-    pool_->run([](void* context, int r) { (*static_cast<F*>(context))(r); }, &f);
+    runner()(f);
   }
   optimizers::shard_runner runner() {
     return {[](void* pool, optimizers::shard_runner::job job, void* context) {
