@@ -34,13 +34,13 @@
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
-#include "typeflow/train/label_check.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
+#include "typeflow/train/training_step.hpp"
 
 // The CPU's executors, where the engine sets up its step programs. A CUDA
 // translation unit parses none of them: nvcc 13 cannot compile oneDNN's C++
@@ -105,23 +105,94 @@ class engine<Net, Policy, Strategy, cpu> {
     if constexpr (sharded) replicas_.compiled(training_.slots);
   }
 
-  // fit_loop's steps on the CPU: each launch runs a whole step (batch k is
-  // still in place: the loop reads batch k + 1 only after launch(k)).
+  // The CPU's part of a training step (train/training_step.hpp): the launch
+  // runs at once, every replica in its own thread (mirrored<N>, zero<k>);
+  // batch k is still in place then (the loop reads batch k + 1 only after
+  // launch(k)).
   template <class Batch>
-  struct fit_steps {
+  struct step_ops {
+    using batch_type = Batch;
+    using label_type = typename Batch::label_value;
+    static constexpr int replicas = replica_count;
+    static constexpr int shard = shard_of<Strategy, Batch::size>();
+    using program_type = step_program<Net, shard, cpu>;
+    static constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
+    static constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
+
+    // One replica's share of the launch, on its own program and dropout stream.
+    struct replica {
+      step_ops& ops;
+      int r;
+      program_type& program;
+      run_state& run;
+      void forward() {
+        std::memcpy(program.input(), ops.staged->features.data() + r * features_per_shard,
+                    features_per_shard * sizeof(ops.staged->features.data()[0]));
+        run.training = true;
+        ++run.step;
+        program.forward();
+      }
+      void loss() { ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), shard); }
+      void scale_output_gradient() { ops.e.scale_output_gradient(program); }
+    };
+
     engine& e;
     const Batch* staged = nullptr;
-    double loss = 0;
+    program_type* programs[replica_count] = {};
+    double losses[replica_count] = {};
+    step_outcome result{};
+
+    void check(const Batch&) const {}  // the embedding checks its ids itself
     void stage(const Batch& batch, int) { staged = &batch; }
-    void launch(int) { loss = e.step_on(*staged); }
-    double finish(int) { return loss; }
+    void begin(int) {
+      programs[0] = &e.template program_for<shard>();  // first: setting it up may move the arena
+      if constexpr (replica_count > 1) e.replicas_.programs_for(e.memory_.data(), programs);
+    }
+    template <class Body>
+    void record(int, Body&& body) {
+      body();
+    }
+    template <class F>
+    void each_replica(int, F&& f) {
+      auto job = [&](int r) {
+        replica share{*this, r, *programs[r], r == 0 ? e.run_ : e.replicas_.run_of(r)};
+        f(share);
+      };
+      if constexpr (replica_count > 1)
+        e.replicas_.each(job);
+      else
+        job(0);
+    }
+    // Each replica's backward, then the mean of their gradients (under
+    // zero<2> each replica's shard of it), and across processes
+    // (multi_worker) the mean over the workers.
+    void backward_and_all_reduce() {
+      if constexpr (replica_count > 1) {
+        auto job = [&](int r) { programs[r]->backward(); };
+        e.replicas_.each(job);
+        e.replicas_.reduce_gradients(e.memory_.data());
+      } else {
+        programs[0]->backward();
+      }
+      if constexpr (!sharded)
+        e.strategy_.all_reduce_mean(e.memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats);
+    }
+    void update() {
+      double loss = 0;
+      for (double l : losses) loss += l / replica_count;
+      result = e.update_step(loss);
+    }
+    step_outcome outcome(int) const { return result; }
+    const float* outputs(int r, int) const { return programs[r]->output(); }
+    const label_type* labels(int r, int) const { return staged->labels.data() + r * labels_per_shard; }
+    std::span<const float> gradients() const { return e.gradients(); }
     void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
   template <class Batch>
-  fit_steps<Batch> steps() {
-    return {*this};
+  training_steps<Net, loss_scaling, step_ops<Batch>> steps() {
+    return {training_, step_ops<Batch>{*this}};
   }
 
   // The loss and metrics over every sample of `data`, in inference mode.
@@ -259,73 +330,26 @@ class engine<Net, Policy, Strategy, cpu> {
     return program_.template emplace<program_type>(marker, memory_.data(), step_base(), context_, run_);
   }
 
-  // One optimisation step on a full batch, on one replica or on all.
-  template <class Batch>
-  double step_on(const Batch& batch) {
-    check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
-    if constexpr (replica_count == 1) {
-      auto& program = program_for<Batch::size>();
-      std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
-      double loss = forward_and_backward(program, run_, batch.labels.data());
-      loss += regularize_and_update(batch.valid, loss);
-      training_.loss_mean.update(loss, batch.valid);
-      update_metrics(program, batch.labels.data(), batch.valid);
-      return loss;
-    } else {
-      // mirrored<N>: each replica takes B / N consecutive samples of the batch.
-      static_assert(strategy_check<Strategy, global_batch<Batch::size>, Batch::size % replica_count == 0>::passed,
-                    "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
-      constexpr int shard = Batch::size / replica_count;
-      using program_type = step_program<Net, shard, cpu>;
-      program_type* programs[replica_count];
-      program_type& primary = program_for<shard>();  // first: setting it up may move the arena
-      double loss = replicas_.step(batch, primary, run_, memory_.data(), programs,
-                                   [this](program_type& program, run_state& run, const auto* labels) {
-                                     return forward_and_backward(program, run, labels);
-                                   });
-      loss += regularize_and_update(Batch::size, loss);
-      training_.loss_mean.update(loss, Batch::size);
-      constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
-      for (int r = 0; r < replica_count; ++r)
-        update_metrics(*programs[r], batch.labels.data() + r * labels_per_shard, shard);
-      return loss;
-    }
-  }
-
-  // One replica's share of a step over the full batch in its input: forward,
-  // the loss (returned), the loss scale, backward.
-  template <class Program, class Label>
-  double forward_and_backward(Program& program, run_state& run, const Label* labels) {
-    run.training = true;
-    ++run.step;
-    program.forward();
-    const double loss = compute_loss(program, labels, Program::batch_size);
-    scale_output_gradient(program);
-    program.backward();
-    return loss;
-  }
-
-  // Regularizers, then the optimizer, on replica 0's (all-reduced) gradients;
-  // returns the regularization penalty. `loss` is the step's mean loss.
-  double regularize_and_update(int samples, double loss) {
+  // The update on replica 0's (all-reduced) gradients: the NaN policy's
+  // verdict, the loss scale's unscaling, the regularizers, the optimizer.
+  // `loss` is the step's mean loss. A refused step changes no weight.
+  step_outcome update_step(double loss) {
+    step_outcome outcome{loss, 0.0, false, training_.iterations};
     float* weights = memory_.template at<float>(0);
     float* grads = memory_.template at<float>(plan0::gradients_offset);
-    // Across processes (multi_worker): the mean over every worker's gradient.
-    // (zero<k> runs in one process: distribute::zero_runs.)
-    if constexpr (!sharded) strategy_.all_reduce_mean(grads, Net::trainable_floats);
     // The NaN policy (train/non_finite.hpp): after the all-reduce, so that
     // every worker stops at the same step; before the update, so that the
-    // weights stay the last good step's.
+    // weights stay the last good step's (training_steps::finish throws).
     if constexpr (!loss_scaling) {
-      if (!std::isfinite(loss)) throw non_finite_loss(loss);
+      if (!std::isfinite(loss)) return outcome;
       // The optimizer's own pass checks the gradients where it can
       // (update.hpp); under zero<k> every shard is checked before any updates.
       if constexpr (reduce_scattered) {
-        if (!replicas_.all_updatable(memory_.data())) throw non_finite_gradient<Net>(gradients().data());
-      } else if ((sharded || !training_.optimizer->checks_non_finite()) &&
-                 !all_updatable_parallel(grads, Net::trainable_floats)) {
-        throw non_finite_gradient<Net>(grads);
+        outcome.gradients_refused = !replicas_.all_updatable(memory_.data());
+      } else if (sharded || !training_.optimizer->checks_non_finite()) {
+        outcome.gradients_refused = !all_updatable_parallel(grads, Net::trainable_floats);
       }
+      if (outcome.gradients_refused) return outcome;
     }
     // mixed_float16: the gradients of the scaled loss, unscaled; a step with
     // an inf or a NaN among them changes no weight (after the all-reduce,
@@ -339,27 +363,24 @@ class engine<Net, Policy, Strategy, cpu> {
       else
         finite = precision::unscale_all_finite(grads, Net::trainable_floats, scale);
       if (!loss_scale_.after_step(finite)) {
-        const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
-        if (has_regularizers) training_.regularization_mean.update(penalty, samples);
-        return penalty;
+        if constexpr (has_regularizers) outcome.penalty = apply_regularizers<Net>(memory_.data(), false);
+        return outcome;
       }
     }
-    double penalty = 0;
     if constexpr (has_regularizers) {
       if constexpr (reduce_scattered)
-        penalty = replicas_.apply_regularizers_to_shards(memory_.data());
+        outcome.penalty = replicas_.apply_regularizers_to_shards(memory_.data());
       else
-        penalty = apply_regularizers<Net>(memory_.data(), true);
-      training_.regularization_mean.update(penalty, samples);
+        outcome.penalty = apply_regularizers<Net>(memory_.data(), true);
     }
     if constexpr (sharded) {
       // Each replica updates its shard with its slots, then the all-gather.
       if (training_.optimizer->update_shards(replicas_.sharded_update(memory_.data(), training_.iterations + 1))) {
-        ++training_.iterations;
+        ++outcome.iterations;
         context_.weight_copies.after_update(false, weights + Net::trainable_floats, weights + Net::parameter_floats);
         replicas_.after_update(weights);
       }
-      return penalty;
+      return outcome;
     }
     optimizers::update_arguments arguments;
     arguments.weights = weights;
@@ -375,13 +396,16 @@ class engine<Net, Policy, Strategy, cpu> {
     const bool write_copies = training_.optimizer->writes_weight_copies() && !context_.weight_copies.entries().empty();
     if (write_copies) arguments.tensor_copies = weight_copy_table(weights);
     const bool updated = training_.optimizer->update(arguments);
-    if (non_finite) throw non_finite_gradient<Net>(grads);  // nothing was changed
+    if (non_finite) {  // nothing was changed
+      outcome.gradients_refused = true;
+      return outcome;
+    }
     if (updated) {
-      ++training_.iterations;
+      ++outcome.iterations;
       context_.weight_copies.after_update(write_copies, weights + Net::trainable_floats, weights + Net::parameter_floats);
       if constexpr (replica_count > 1) replicas_.after_update(weights);
     }
-    return penalty;
+    return outcome;
   }
 
   // The optimizer's table of the bf16 weight copies it writes, parallel to
@@ -434,12 +458,6 @@ class engine<Net, Policy, Strategy, cpu> {
 #pragma omp simd
       for (std::size_t i = 0; i < count; ++i) gradient[i] *= scale;
     }
-  }
-
-  template <class Program, class Label>
-  void update_metrics(Program& program, const Label* labels, int valid) {
-    const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
-    for (auto& m : training_.metrics) m->update(program.output(), labels, valid_rows, classes);
   }
 
   // predict's and evaluate's view of the program for batch size N

@@ -6,11 +6,12 @@
 // its own arena (weights and gradients, no optimizer slots, and its own
 // activations), run state and oneDNN context, and the threads that run them
 // (replica_pool, the cores divided among the replicas). One step:
-//   synchronize()   replica 0's weights to the others, if they changed from outside;
-//   step()          each replica's shard into its input, forward, loss and
-//                   backward on every replica at once, then the mean of the
-//                   gradients into replica 0's, summed in replica order
-//                   element by element (no dependence on thread timing);
+//   programs_for()  each replica's program, with replica 0's weights if they changed from outside;
+//   each(job)       a job on every replica at once (a step's forward, loss
+//                   and backward: train/training_step.hpp);
+//   reduce_gradients()  then the mean of the gradients into replica 0's,
+//                   summed in replica order element by element (no
+//                   dependence on thread timing);
 //   after_update()  the updated weights from replica 0 to the others (and
 //                   the mean of batch_norm's statistics under
 //                   sync_batch_norm_statistics).
@@ -18,7 +19,7 @@
 // zero<k, mirrored<N>> (distribute/zero.hpp) cuts the trainable region into N
 // shards; replica r owns shard r and keeps only its optimizer slots, after
 // its gradients, in its own arena (replica 0's in the engine's):
-//   step()          under zero<2> a reduce-scatter instead: each replica sums
+//   reduce_gradients()  under zero<2> a reduce-scatter instead: each replica sums
 //                   its own shard of every replica's gradients (the same
 //                   order, so the same bits) into its gradient region;
 //                   under zero<1> the mean goes to replica 0's as above;
@@ -121,37 +122,30 @@ class cpu_replicas {
     return {secondaries_.at(static_cast<std::size_t>(r - 1))->memory.template at<float>(0), Net::parameter_floats};
   }
 
-  // One step's forward and backward over the N shards of `batch`: replica 0
-  // runs on `primary` (the engine's program for the shard size) with
-  // `primary_run`; shard_step(program, run, labels) runs one replica's
-  // forward, loss and backward and returns its mean loss. Afterwards replica
-  // 0's gradients hold the mean over the replicas; returns the mean loss.
-  // programs[r] is left pointing at replica r's program (for the metrics).
-  template <class Batch, class Program, class ShardStep>
-  double step(const Batch& batch, Program& primary, run_state& primary_run, std::byte* primary_arena,
-              Program* (&programs)[count], ShardStep&& shard_step) {
-    constexpr int shard = Program::batch_size;
-    constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
-    constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
-    synchronize(primary_arena);
-    programs[0] = &primary;
-    for (int r = 1; r < count; ++r) programs[r] = &program_of<shard>(*secondaries_[r - 1]);
-    for (int r = 0; r < count; ++r)
-      std::memcpy(programs[r]->input(), batch.features.data() + r * features_per_shard,
-                  features_per_shard * sizeof(batch.features.data()[0]));
-    double losses[count] = {};
-    auto job = [&](int r) {
-      run_state& run = r == 0 ? primary_run : secondaries_[r - 1]->run;
-      losses[r] = shard_step(*programs[r], run, batch.labels.data() + r * labels_per_shard);
-    };
-    run_on_replicas(job);
+  // A step's programs for the shard size: programs[0] is the engine's
+  // (set up first: that may move its arena, `primary`); replica r's
+  // programs[r], with replica 0's weights if they changed from outside.
+  template <class Program>
+  void programs_for(const std::byte* primary, Program* (&programs)[count]) {
+    synchronize(primary);
+    for (int r = 1; r < count; ++r) programs[r] = &program_of<Program::batch_size>(*secondaries_[r - 1]);
+  }
+  // Replica r's dropout stream (r >= 1; replica 0's is the engine's).
+  run_state& run_of(int r) { return secondaries_.at(static_cast<std::size_t>(r - 1))->run; }
+
+  // f(r) on every replica's thread at once.
+  template <class F>
+  void each(F& f) {
+    runner()(f);
+  }
+
+  // After every replica's backward: the mean of the gradients into replica
+  // 0's, or under zero<2> each replica's shard of it into its own.
+  void reduce_gradients(std::byte* primary) {
     if constexpr (stage >= 2)
-      reduce_scatter_gradients(primary_arena);
+      reduce_scatter_gradients(primary);
     else
-      all_reduce_gradients(reinterpret_cast<float*>(primary_arena + plan0::gradients_offset));
-    double loss = 0;
-    for (double l : losses) loss += l / count;
-    return loss;
+      all_reduce_gradients(reinterpret_cast<float*>(primary + plan0::gradients_offset));
   }
 
   // After an optimizer update: the trainable weights from replica 0 to the
@@ -215,7 +209,7 @@ class cpu_replicas {
     auto check = [&](int r) {
       bad[r] = !all_updatable_parallel(gradients_of(r, primary) + shards::begin(r), shards::size(r));
     };
-    run_on_replicas(check);
+    each(check);
     return std::none_of(bad, bad + count, [](int b) { return b != 0; });
   }
   bool unscale_all_finite(std::byte* primary, float scale) {
@@ -223,7 +217,7 @@ class cpu_replicas {
     auto unscale = [&](int r) {
       bad[r] = !precision::unscale_all_finite(gradients_of(r, primary) + shards::begin(r), shards::size(r), scale);
     };
-    run_on_replicas(unscale);
+    each(unscale);
     return std::none_of(bad, bad + count, [](int b) { return b != 0; });
   }
   double apply_regularizers_to_shards(std::byte* primary) {
@@ -282,11 +276,6 @@ class cpu_replicas {
     return reinterpret_cast<float*>(arena + plan0::slots_offset + static_cast<std::size_t>(s) * slot_stride);
   }
 
-  // f(r) on every replica's thread at once.
-  template <class F>
-  void run_on_replicas(F& f) {
-    runner()(f);
-  }
   optimizers::shard_runner runner() {
     return {[](void* pool, optimizers::shard_runner::job job, void* context) {
               static_cast<replica_pool*>(pool)->run(job, context);
@@ -311,7 +300,7 @@ class cpu_replicas {
         into[i] = total * mean;
       });
     };
-    run_on_replicas(reduce);
+    each(reduce);
   }
 
   // zero<k>: each replica copies the other shards' trainable tensors
@@ -329,7 +318,7 @@ class cpu_replicas {
             std::memcpy(own + begin + piece.offset, owner + begin + piece.offset, piece.size * sizeof(float));
       }
     };
-    run_on_replicas(gather);
+    each(gather);
   }
 
   void synchronize(const std::byte* primary) {

@@ -54,12 +54,12 @@
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
 #include "typeflow/train/initialization.hpp"
-#include "typeflow/train/label_check.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/regularization.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
+#include "typeflow/train/training_step.hpp"
 
 namespace typeflow {
 
@@ -86,14 +86,6 @@ class engine<Net, Policy, Strategy, cuda> {
   using decoder_view = cuda_decoder_view<Net>;
   template <class>
   friend struct cuda_replica;  // it lays out its programs against the engine's arena and weights
-
-  // The per-replica batch: mirrored<N> splits the global batch into N shards.
-  template <int Batch>
-  static constexpr int shard_of() {
-    static_assert(strategy_check<Strategy, global_batch<Batch>, Batch % replica_count == 0>::passed,
-                  "mirrored<N>: the global batch must split into N equal shards; choose a batch size that N divides");
-    return Batch / replica_count;
-  }
 
  public:
   // Replica r runs on device first_device + r.
@@ -157,24 +149,117 @@ class engine<Net, Policy, Strategy, cuda> {
     device_has_weights_ = false;
   }
 
-  // fit_loop's steps on the GPUs: launch enqueues step k (one graph replay,
-  // or the replicas' work with the all-reduce in between) and returns; the
-  // loop stages batch k + 1 while it runs; finish waits for it.
+  // The GPUs' part of a training step (train/training_step.hpp): launch
+  // enqueues step k (one graph replay on one GPU; on several, or across
+  // workers, the replicas' work with the all-reduce in between) and
+  // returns; the loop stages batch k + 1 while it runs; outcome waits.
   template <class Batch>
-  struct fit_steps {
-    static constexpr int shard = shard_of<Batch::size>();
+  struct step_ops {
+    using batch_type = Batch;
+    using label_type = typename Batch::label_value;
+    static constexpr int replicas = replica_count;
+    static constexpr int shard = shard_of<Strategy, Batch::size>();
+    static constexpr int rows = shard * static_cast<int>(rows_per_sample);
+
+    // One replica's share of the launch, enqueued on its compute stream.
+    struct replica_step {
+      engine& e;
+      replica& r;
+      int parity;
+      program_type<shard>& program = e.template program_of<shard>(r);
+      cudaStream_t s = r.compute.get();
+      void forward() {
+        TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_device.data(), r.step_host.data(),
+                                            sizeof(backend::cuda::step_values), cudaMemcpyHostToDevice, s));
+        TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[static_cast<std::size_t>(parity)].device.data(),
+                                            r.feature_bytes, cudaMemcpyDeviceToDevice, s));
+        r.run.training = true;
+        program.forward();  // on r.context.stream, which is s
+      }
+      void loss() {
+        e.loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(),
+                        rows, classes, rows, s);
+      }
+      void scale_output_gradient() {
+        if constexpr (loss_scaling)
+          backend::cuda::map(program.output_gradient(), program.output_gradient(),
+                             static_cast<std::size_t>(rows) * classes,
+                             backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
+      }
+    };
+
     engine& e;
+
+    void check(const Batch& batch) const { check_token_ids_of<Net>(batch); }  // the CPU layer's message, on the host
     void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
-    void launch(int parity) { e.template launch_train_step<shard>(parity); }
-    double finish(int parity) { return e.template finish_train_step<shard, typename Batch::label_value>(parity); }
+    void begin(int parity) {
+      ++e.steps_;
+      for (auto& r : e.replicas_) {
+        backend::cuda::device_guard on(r->device);
+        r->staging[static_cast<std::size_t>(parity)].copied.wait_on(r->compute.get());
+        r->step_host.template data<backend::cuda::step_values>()->step = e.steps_;
+        r->optimizer->prepare(e.training_.iterations + 1, r->compute.get());
+      }
+    }
+    // One GPU: the step captured once per parity as a CUDA graph, then
+    // replayed; otherwise enqueued as it comes.
+    template <class Body>
+    void record(int parity, Body&& body) {
+      if constexpr (!replication::eager) {
+        replica& r = *e.replicas_[0];
+        backend::cuda::device_guard on(r.device);
+        auto& graph = r.train_graph[static_cast<std::size_t>(parity)];
+        if (!graph.captured()) graph.capture(r.compute.get(), [&](cudaStream_t) { body(); });
+        graph.launch(r.compute.get());
+      } else {
+        body();
+      }
+    }
+    template <class F>
+    void each_replica(int parity, F&& f) {
+      for (auto& r : e.replicas_) {
+        backend::cuda::device_guard on(r->device);
+        replica_step share{e, *r, parity};
+        f(share);
+      }
+    }
+    // Backward; with N > 1 or several workers layer by layer from the top,
+    // across the replicas, each bucket's all-reduce starting as soon as its
+    // layers are done.
+    void backward_and_all_reduce() {
+      if constexpr (!replication::eager) {
+        e.template program_of<shard>(*e.replicas_[0]).backward();
+      } else {
+        std::array<cudaStream_t, replica_count> streams{};  // no allocation in the step
+        for (std::size_t k = 0; k < e.replicas_.size(); ++k) streams[k] = e.replicas_[k]->compute.get();
+        e.replication_.backward_all_reduced(streams, [&](int k, std::size_t i) {
+          replica& r = *e.replicas_[static_cast<std::size_t>(k)];
+          backend::cuda::device_guard on(r.device);
+          e.template program_of<shard>(r).backward_layer(i);
+        });
+      }
+    }
+    void update() {
+      for (auto& r : e.replicas_) {
+        backend::cuda::device_guard on(r->device);
+        e.template record_update<shard>(*r, r->compute.get());
+      }
+    }
+    step_outcome outcome(int) { return e.template step_outcome_of<shard>(); }
+    const float* outputs(int r, int) const { return e.replicas_[static_cast<std::size_t>(r)]->results() + rows; }
+    // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
+    const label_type* labels(int r, int parity) const {
+      return e.replicas_[static_cast<std::size_t>(r)]->template labels_on_host<label_type>(parity);
+    }
+    std::span<const float> gradients() const { return e.gradients(); }
     void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
   template <class Batch>
-  fit_steps<Batch> steps() {
-    prepare_programs<fit_steps<Batch>::shard>();
-    return {*this};
+  training_steps<Net, loss_scaling, step_ops<Batch>> steps() {
+    prepare_programs<step_ops<Batch>::shard>();
+    return {training_, step_ops<Batch>{*this}};
   }
 
   // The loss and metrics over every sample of `data` (the last batch padded
@@ -324,88 +409,15 @@ class engine<Net, Policy, Strategy, cuda> {
     return r.program.template get<program_type<Shard>>();
   }
 
+  // The batch's shards into each replica's pinned buffer, and their uploads.
   template <int Shard, class Batch>
   void stage(const Batch& batch, int parity) {
     check_label_bytes<Batch>();
     constexpr std::size_t features_per_shard = static_cast<std::size_t>(Shard) * Batch::features_type::size;
     constexpr std::size_t labels_per_shard = static_cast<std::size_t>(Shard) * Batch::label_type::size;
-    // Batch k + 1 is staged while step k runs: a bad label is refused when
-    // its own step would start, after step k has finished.
-    refused_[static_cast<std::size_t>(parity)] = nullptr;
-    try {
-      check_token_ids_of<Net>(batch);
-      check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(Batch::size * rows_per_sample));
-    } catch (const std::logic_error&) {  // invalid_argument, out_of_range
-      refused_[static_cast<std::size_t>(parity)] = std::current_exception();
-      return;
-    }
     for (int r = 0; r < replica_count; ++r)
       replicas_[static_cast<std::size_t>(r)]->stage(batch.features.data() + r * features_per_shard,
                                                    batch.labels.data() + r * labels_per_shard, parity);
-  }
-
-  // Enqueues step k on every replica: one graph replay on one device; with
-  // N > 1 or several workers, the same work enqueued eagerly with the
-  // strategy's all-reduce in between.
-  template <int Shard>
-  void launch_train_step(int parity) {
-    if (refused_[static_cast<std::size_t>(parity)])
-      std::rethrow_exception(std::exchange(refused_[static_cast<std::size_t>(parity)], nullptr));
-    ++steps_;
-    for (auto& r : replicas_) {
-      backend::cuda::device_guard on(r->device);
-      r->staging[static_cast<std::size_t>(parity)].copied.wait_on(r->compute.get());
-      r->step_host.template data<backend::cuda::step_values>()->step = steps_;
-      r->optimizer->prepare(training_.iterations + 1, r->compute.get());
-    }
-    if constexpr (!replication::eager) {
-      auto& r = *replicas_[0];
-      backend::cuda::device_guard on(r.device);
-      auto& graph = r.train_graph[static_cast<std::size_t>(parity)];
-      if (!graph.captured())
-        graph.capture(r.compute.get(), [&](cudaStream_t s) {
-          record_forward_and_loss<Shard>(r, parity, s);
-          program_of<Shard>(r).backward();
-          record_update<Shard>(r, s);
-        });
-      graph.launch(r.compute.get());
-    } else {
-      std::array<cudaStream_t, replica_count> streams{};  // no allocation in the step
-      for (std::size_t k = 0; k < replicas_.size(); ++k) {
-        auto& r = replicas_[k];
-        backend::cuda::device_guard on(r->device);
-        streams[k] = r->compute.get();
-        record_forward_and_loss<Shard>(*r, parity, r->compute.get());
-      }
-      replication_.backward_all_reduced(streams, [&](int k, std::size_t i) {
-        auto& r = *replicas_[static_cast<std::size_t>(k)];
-        backend::cuda::device_guard on(r.device);
-        program_of<Shard>(r).backward_layer(i);
-      });
-      for (auto& r : replicas_) {
-        backend::cuda::device_guard on(r->device);
-        record_update<Shard>(*r, r->compute.get());
-      }
-    }
-  }
-
-  // The step's start: its counters, the shard into the input, forward, the
-  // fused loss (and the loss scale on its gradient).
-  template <int Shard>
-  void record_forward_and_loss(replica& r, int parity, cudaStream_t s) {
-    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
-    auto& program = program_of<Shard>(r);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_device.data(), r.step_host.data(), sizeof(backend::cuda::step_values),
-                                        cudaMemcpyHostToDevice, s));
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), r.staging[static_cast<std::size_t>(parity)].device.data(),
-                                        r.feature_bytes, cudaMemcpyDeviceToDevice, s));
-    r.run.training = true;
-    program.forward();  // on r.context.stream, which is s
-    loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(), rows,
-                  classes, rows, s);
-    if constexpr (loss_scaling)
-      backend::cuda::map(program.output_gradient(), program.output_gradient(), static_cast<std::size_t>(rows) * classes,
-                         backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
   }
 
   // The step's end: the optimizer, then what the host reads back: the step
@@ -445,40 +457,26 @@ class engine<Net, Policy, Strategy, cuda> {
     return offsets;
   }
 
-  // Waits for the step, then updates the loss mean and metrics on the host.
-  template <int Shard, class Label>
-  double finish_train_step(int parity) {
-    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
-    double loss = 0;
+  // Waits for the step; what it left: the mean loss over the replicas,
+  // the penalty, the device's verdict and its iteration count.
+  template <int Shard>
+  step_outcome step_outcome_of() {
+    step_outcome outcome;
     for (auto& r : replicas_) {
       backend::cuda::device_guard on(r->device);
       replication_.wait(r->compute);  // multi_worker: a dead or stalled worker is an error naming the rank
-      loss += static_cast<double>(r->scalars()[0]) / replica_count;  // the shard's mean loss
+      outcome.loss += static_cast<double>(r->scalars()[0]) / replica_count;  // the shard's mean loss
     }
-    if constexpr (has_regularizers) {  // every replica's weights are the same: replica 0's penalty
-      const double penalty = replicas_[0]->scalars()[1];
-      training_.regularization_mean.update(penalty, Shard * replica_count);
-      loss += penalty;
-    }
+    if constexpr (has_regularizers) outcome.penalty = replicas_[0]->scalars()[1];  // every replica's weights are alike
     const step_state& mirror = *replicas_[0]->state_mirror();
-    // The NaN policy (train/non_finite.hpp), as on the CPU: without loss
-    // scaling a step whose gradients are not all updatable (NaN, infinity,
-    // above 2^60) was refused on the device, so the weights are the last
-    // good step's, and training stops naming the tensor. A non-finite loss
-    // with updatable gradients stops it too, after that step's update.
-    if (!mirror.skip_non_finite) {
-      if (!std::isfinite(loss)) throw non_finite_loss(loss);
-      if (!mirror.last_finite) throw non_finite_gradient<Net>(gradients().data());
-    }
-    training_.iterations = mirror.iterations;  // a skipped step (loss scaling) did not count
+    // Without loss scaling a step whose gradients are not all updatable
+    // (NaN, infinity, above 2^60) was refused on the device.
+    outcome.gradients_refused = !mirror.skip_non_finite && !mirror.last_finite;
+    outcome.iterations = mirror.iterations;  // a skipped step (loss scaling) did not count
     // accumulate<K>: the host's optimizer tells a checkpoint how many micro-batches the device holds.
     if (mirror.micro_batches_per_update > 0) training_.optimizer->restore_pending_micro_batches(mirror.micro_batches);
-    training_.loss_mean.update(loss, Shard * replica_count);
     host_stale_ = true;
-    // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
-    for (auto& r : replicas_)
-      for (auto& m : training_.metrics) m->update(r->results() + rows, r->template labels_on_host<Label>(parity), rows, classes);
-    return loss;
+    return outcome;
   }
 
   // predict's and evaluate's view of replica 0's program for batch size N.
@@ -556,7 +554,6 @@ class engine<Net, Policy, Strategy, cuda> {
   std::size_t label_values_per_sample_ = rows_per_sample;           // what the loss takes (sparse until compiled)
   bool device_has_weights_ = false;
   mutable bool host_stale_ = false;  // the devices trained since the host copy
-  std::array<std::exception_ptr, 2> refused_;  // a staged batch's bad labels, thrown at its launch
 };
 
 }  // namespace typeflow

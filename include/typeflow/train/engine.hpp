@@ -19,7 +19,8 @@
 //   compiled(optimizer)                lays the optimizer's state out, after training_state::compile;
 //                                      `optimizer` is training_state's own, which the engine may keep
 //                                      a reference to (set_learning_rate changes it there);
-//   steps<Batch>()                     fit_loop's steps (fit_loop.hpp), whose finish also returns the loss;
+//   steps<Batch>()                     fit_loop's steps: training_steps (train/training_step.hpp, the
+//                                      step's sequence, written once) over the device's step_ops;
 //   evaluate(data), predict(data)      inference over a dataset;
 //   generate(prompt, n, options)       decoding, where the device has it;
 //   parameters(), writable_parameters(), gradients()
