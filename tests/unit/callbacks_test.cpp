@@ -29,8 +29,8 @@ struct recording_model final : tf::model_access {
   std::vector<std::string> saved;
   void stop_training() override { stopped = true; }
   bool stop_requested() const override { return stopped; }
-  std::vector<float> get_weights() const override { return weights; }
-  void set_weights(std::span<const float> w) override { weights.assign(w.begin(), w.end()); }
+  std::vector<float> get_weight_region() const override { return weights; }
+  void set_weight_region(std::span<const float> w) override { weights.assign(w.begin(), w.end()); }
   void save_weights(const fs::path& p) override { saved.push_back("weights " + p.string()); }
   fs::path save_checkpoint(const fs::path& p, int) override {
     saved.push_back("checkpoint " + p.string());
@@ -263,4 +263,28 @@ TEST_CASE("lambda_callback calls what it is given, in fit's order") {
   m.fit(dataset(), {.epochs = 1, .callbacks = {&trace}, .verbose = 0});
   CHECK(calls == std::vector<std::string>{"train_begin", "epoch_begin 0", "batch 1", "batch 2", "batch 3", "batch 4",
                                           "epoch_end 0 loss", "train_end"});
+}
+
+TEST_CASE("lambda_callback's Keras hooks: on_train_batch_begin before each step, on_test_begin and on_test_end around validation") {
+  tf::model<net> m{4};
+  compile(m);
+  std::vector<std::string> calls;
+  double iterations_at_begin = -1;
+  tf::callbacks::lambda_callback trace({
+      .on_epoch_end = [&](int e, const tf::logs& l) {
+        calls.push_back("epoch_end " + std::to_string(e) + (l.get("val_loss") ? " val_loss" : ""));
+      },
+      .on_train_batch_end = [&](std::int64_t b, const tf::logs&) { calls.push_back("end " + std::to_string(b)); },
+      .on_train_batch_begin =
+          [&](std::int64_t b) {
+            calls.push_back("begin " + std::to_string(b));
+            if (b == 3) iterations_at_begin = static_cast<double>(m.iterations());  // before step 3's update
+          },
+      .on_test_begin = [&] { calls.push_back("test_begin"); },
+      .on_test_end = [&](const tf::logs& l) { calls.push_back(std::string("test_end") + (l.get("val_loss") ? " val_loss" : "")); },
+  });
+  m.fit(dataset(), {.epochs = 1, .validation_data = dataset(), .callbacks = {&trace}, .verbose = 0});
+  CHECK(calls == std::vector<std::string>{"begin 1", "end 1", "begin 2", "end 2", "begin 3", "end 3", "begin 4", "end 4",
+                                          "test_begin", "test_end val_loss", "epoch_end 0 val_loss"});
+  CHECK(iterations_at_begin == 2);
 }

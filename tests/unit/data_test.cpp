@@ -561,3 +561,51 @@ TEST_CASE("a label above 9 is an error naming the file and the label's byte offs
   CHECK(contains(message, "train-labels-idx1-ubyte"));
   CHECK(contains(message, "label 12 at byte offset 9"));
 }
+
+// ---- datasets as ranges ------------------------------------------------------
+
+static_assert(std::ranges::input_range<decltype(counting(4) | data::batch<2>)>);
+
+TEST_CASE("a for loop over a dataset reads one pass in open() and next()'s order, epoch(ds, k) epoch k's") {
+  const auto ds = counting(10) | data::shuffle(10, 3) | data::batch<4>;
+  std::vector<std::int32_t> by_cursor, by_loop, epoch_one, epoch_one_loop;
+  std::vector<int> valid;
+  auto read = [](const auto& d, std::uint64_t epoch, std::vector<std::int32_t>& into) {
+    auto cursor = d.open(epoch);
+    typename std::remove_cvref_t<decltype(d)>::element_type b;
+    while (cursor.next(b)) into.insert(into.end(), b.labels.begin(), b.labels.begin() + b.valid);
+  };
+  read(ds, 0, by_cursor);
+  read(ds, 1, epoch_one);
+  for (auto& b : ds) {
+    by_loop.insert(by_loop.end(), b.labels.begin(), b.labels.begin() + b.valid);
+    valid.push_back(b.valid);
+  }
+  for (const auto& b : data::epoch(ds, 1)) epoch_one_loop.insert(epoch_one_loop.end(), b.labels.begin(), b.labels.begin() + b.valid);
+  CHECK(by_loop == by_cursor);
+  CHECK(epoch_one_loop == epoch_one);
+  CHECK(by_loop != epoch_one);  // shuffle's order differs by epoch
+  CHECK(valid == std::vector<int>{4, 4, 2});
+  std::vector<std::int32_t> sorted = by_loop;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::int32_t> all(10);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(sorted == all);
+}
+
+TEST_CASE("a for loop works over any_dataset and a prefetching pipeline, and may stop early") {
+  data::any_dataset<data::example<data::tensor_value<float, shape<1>>, data::tensor_value<std::int32_t, shape<>>>> erased =
+      counting(5);
+  std::vector<std::int32_t> labels;
+  for (const auto& e : erased) labels.push_back(e.label[0]);
+  CHECK(labels == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  int seen = 0;
+  for (const auto& b : counting(1000) | data::batch<10> | data::prefetch(2)) {
+    CHECK(b.labels[0] == 10 * seen);
+    if (++seen == 3) break;  // the prefetch thread stops with the iterator
+  }
+  CHECK(seen == 3);
+  int empty = 0;
+  for (const auto& e : counting(0)) empty += e.label[0] + 1;
+  CHECK(empty == 0);
+}

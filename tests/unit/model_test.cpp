@@ -1,6 +1,7 @@
 // The model as a type, and what compile/fit/evaluate/predict/save promise.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -161,6 +162,84 @@ TEST_CASE("evaluate counts every sample, padding the last batch, and matches pre
   const auto result = model.evaluate(data);
   CHECK(result.at("accuracy") == doctest::Approx(hits / 50.0));
   CHECK(result.at("loss") == doctest::Approx(loss / 50).epsilon(1e-5));
+}
+
+TEST_CASE("test_on_batch and predict_on_batch give evaluate's and predict's values for one batch, padding masked") {
+  toy_data toy(50);
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model{2};
+  model.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  std::vector<decltype(data)::element_type> batches;
+  for (const auto& b : data) batches.push_back(b);
+  REQUIRE(batches.size() == 4);
+  REQUIRE(batches[3].valid == 2);
+  const auto all = model.predict(data);
+  std::size_t at = 0;
+  for (const auto& b : batches) {
+    const auto outputs = model.predict_on_batch(b);
+    REQUIRE(outputs.size() == static_cast<std::size_t>(b.valid) * 4);
+    for (std::size_t i = 0; i < outputs.size(); ++i) CHECK(outputs[i] == all[at + i]);
+    at += outputs.size();
+    // The loss over the batch's valid rows, from its outputs.
+    double loss = 0;
+    int hits = 0;
+    for (int i = 0; i < b.valid; ++i) {
+      const float* z = &outputs[static_cast<std::size_t>(i) * 4];
+      double lse = 0;
+      for (int j = 0; j < 4; ++j) lse += std::exp(z[j]);
+      loss += std::log(lse) - z[b.labels[static_cast<std::size_t>(i)]];
+      hits += static_cast<int>(std::max_element(z, z + 4) - z) == b.labels[static_cast<std::size_t>(i)];
+    }
+    const auto result = model.test_on_batch(b);
+    CHECK(result.at("loss") == doctest::Approx(loss / b.valid).epsilon(1e-5));
+    CHECK(result.at("accuracy") == doctest::Approx(static_cast<double>(hits) / b.valid));
+  }
+  CHECK(at == all.size());
+  CHECK(model.iterations() == 0);  // neither trains
+}
+
+TEST_CASE("get_weights and set_weights go by tensor with names and shapes, as Keras's, and check before writing") {
+  using tiny = tf::sequential<tf::input<2>, tf::dense<1>>;
+  tf::model<tiny> model{3};
+  auto weights = model.get_weights();
+  REQUIRE(weights.size() == 2);
+  CHECK(weights[0].name == "layers.1.kernel");
+  CHECK(weights[0].shape == std::vector<std::int64_t>{2, 1});
+  CHECK(weights[0].values.size() == 2);  // not the arena's padded rows
+  CHECK(weights[1].name == "layers.1.bias");
+  CHECK(weights[1].shape == std::vector<std::int64_t>{1});
+  CHECK(weights[0].values[0] == model.parameter("layers.1.kernel")[0]);
+  weights[0].values = {0.5f, -2.f};
+  weights[1].values = {0.25f};
+  model.set_weights(weights);
+  CHECK(model.parameter("layers.1.kernel")[1] == -2.f);
+  CHECK(model.parameter("layers.1.bias")[0] == 0.25f);
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  auto message = [&](std::vector<tf::weight_tensor> tensors) {
+    try {
+      model.set_weights(tensors);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto wrong_shape = weights;
+  wrong_shape[1].values = {1.f, 2.f};
+  wrong_shape[0].values = {9.f, 9.f};  // valid, but nothing may be written when a later tensor is refused
+  CHECK(message(wrong_shape).find("tensor 1 (layers.1.bias) holds 2 values; its shape (1,) has 1") != std::string::npos);
+  auto renamed = weights;
+  renamed[0].name = "layers.1.bias";
+  CHECK(message(renamed).find("is named layers.1.bias") != std::string::npos);
+  CHECK(message({weights[0]}).find("1 tensors for a model of 2") != std::string::npos);
+  auto reshaped = weights;
+  reshaped[0].shape = {1, 2};
+  CHECK(message(reshaped).find("has shape (1, 2), the model's is (2, 1)") != std::string::npos);
+  const std::vector<float> after(model.parameter_region().begin(), model.parameter_region().end());
+  CHECK(after == before);
+  // Values alone, in order (names and shapes left empty), as Keras takes arrays.
+  model.set_weights({{"", {}, {1.f, 2.f}}, {"", {}, {3.f}}});
+  CHECK(model.get_weights()[1].values == std::vector<float>{3.f});
 }
 
 TEST_CASE("save_weights and load_weights round-trip every parameter by its Keras-like name") {

@@ -361,8 +361,8 @@ TEST_CASE("reduce_lr_on_plateau follows Keras's ReduceLROnPlateau on a scripted 
     double rate = 1.0;
     void stop_training() override {}
     bool stop_requested() const override { return false; }
-    std::vector<float> get_weights() const override { return {}; }
-    void set_weights(std::span<const float>) override {}
+    std::vector<float> get_weight_region() const override { return {}; }
+    void set_weight_region(std::span<const float>) override {}
     void save_weights(const fs::path&) override {}
     fs::path save_checkpoint(const fs::path& p, int) override { return p; }
     void load_checkpoint(const fs::path&) override {}

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,6 +57,14 @@ struct epoch_info {
   std::int64_t steps = -1;  // steps in this epoch, -1 when the dataset's size is unknown
 };
 
+// One parameter tensor as Keras's get_weights gives it: its name
+// ("layers.1.kernel"), its shape ((784, 512)) and its values, row-major.
+struct weight_tensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::vector<float> values;
+};
+
 // What a callback may ask of the model that fit is training (Keras's
 // self.model): fit gives every callback one before on_train_begin.
 class model_access {
@@ -65,9 +74,16 @@ class model_access {
   // (set in on_batch_end) or the current epoch (set in on_epoch_end).
   virtual void stop_training() = 0;
   virtual bool stop_requested() const = 0;
-  // The parameter region (padding included), as get_weights / set_weights.
-  virtual std::vector<float> get_weights() const = 0;
-  virtual void set_weights(std::span<const float> region) = 0;
+  // The parameter region (padding included): a cheap snapshot and its
+  // restore (early_stopping's restore_best_weights).
+  virtual std::vector<float> get_weight_region() const = 0;
+  virtual void set_weight_region(std::span<const float> region) = 0;
+  // Keras's get_weights and set_weights: one weight_tensor per parameter, in
+  // the model's order (model::get_weights, model::set_weights).
+  virtual std::vector<weight_tensor> get_weights() const { return {}; }
+  virtual void set_weights(const std::vector<weight_tensor>&) {
+    throw std::logic_error("set_weights: this model_access does not give tensors");
+  }
   virtual void save_weights(const std::filesystem::path& path) = 0;
   // model.save_checkpoint(dir, {.keep = keep}): written during fit, it holds
   // fit's position, History and callbacks' state too (docs/checkpoints.md).
@@ -121,7 +137,10 @@ class callback {
 
   virtual void on_train_begin() {}
   virtual void on_epoch_begin(const epoch_info&) {}
-  // step is 1-based within the epoch; logs hold running means over the epoch.
+  // Before and after each training step (Keras's on_train_batch_begin and
+  // on_train_batch_end): step is 1-based within the epoch; logs hold
+  // running means over the epoch.
+  virtual void on_batch_begin(std::int64_t /*step*/) {}
   virtual void on_batch_end(std::int64_t /*step*/, const logs&) {}
   // Around fit's validation at an epoch's end (Keras's on_test_begin / on_test_end).
   virtual void on_test_begin() {}

@@ -58,14 +58,14 @@ class early_stopping : public callback {
     const std::optional<double> current = value_.read(l);
     if (!current || info.epoch < options_.start_from_epoch) return;
     if (options_.restore_best_weights && best_weights_.empty() && model()) {
-      best_weights_ = model()->get_weights();  // never improved: the first monitored weights are the best
+      best_weights_ = model()->get_weight_region();  // never improved: the first monitored weights are the best
       best_epoch_ = info.epoch;
     }
     ++wait_;
     if (value_.improves(*current, best_)) {
       best_ = *current;
       best_epoch_ = info.epoch;
-      if (options_.restore_best_weights && model()) best_weights_ = model()->get_weights();
+      if (options_.restore_best_weights && model()) best_weights_ = model()->get_weight_region();
       if (!options_.baseline || value_.improves(*current, options_.baseline)) wait_ = 0;
       return;
     }
@@ -97,7 +97,7 @@ class early_stopping : public callback {
     if (options_.restore_best_weights && !best_weights_.empty() && model()) {
       if (options_.verbose > 0)
         std::printf("Restoring model weights from the end of the best epoch: %d.\n", best_epoch_ + 1);
-      model()->set_weights(best_weights_);
+      model()->set_weight_region(best_weights_);
     }
   }
 

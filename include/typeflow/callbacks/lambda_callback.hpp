@@ -14,12 +14,17 @@
 
 namespace typeflow::callbacks {
 
+// Keras's hooks by their Keras names. fit calls on_test_begin and
+// on_test_end around its validation at an epoch's end.
 struct lambda_callback_options {
   std::function<void(int epoch)> on_epoch_begin{};
   std::function<void(int epoch, const logs&)> on_epoch_end{};
   std::function<void(std::int64_t batch, const logs&)> on_train_batch_end{};
   std::function<void()> on_train_begin{};
   std::function<void(const logs&)> on_train_end{};
+  std::function<void(std::int64_t batch)> on_train_batch_begin{};
+  std::function<void()> on_test_begin{};
+  std::function<void(const logs&)> on_test_end{};
 };
 
 class lambda_callback : public callback {
@@ -30,6 +35,15 @@ class lambda_callback : public callback {
   }
   void on_epoch_begin(const epoch_info& info) override {
     if (f_.on_epoch_begin) f_.on_epoch_begin(info.epoch);
+  }
+  void on_batch_begin(std::int64_t step) override {
+    if (f_.on_train_batch_begin) f_.on_train_batch_begin(step);
+  }
+  void on_test_begin() override {
+    if (f_.on_test_begin) f_.on_test_begin();
+  }
+  void on_test_end(const logs& l) override {
+    if (f_.on_test_end) f_.on_test_end(l);
   }
   void on_batch_end(std::int64_t step, const logs& l) override {
     if (f_.on_train_batch_end) f_.on_train_batch_end(step, l);

@@ -17,6 +17,7 @@
 //               zip_named, examples, enumerate, interleave, shard, cache, prefetch
 // Named parts   record, parts, named (a model's several inputs and outputs)
 // Behind a type any_dataset<Element>
+// As ranges    for (auto& b : ds), for (auto& b : epoch(ds, k))
 #pragma once
 
 #include "typeflow/data/example.hpp"
@@ -51,3 +52,4 @@
 #include "typeflow/data/cache.hpp"
 #include "typeflow/data/prefetch.hpp"
 #include "typeflow/data/any_dataset.hpp"
+#include "typeflow/data/iteration.hpp"

@@ -120,7 +120,7 @@ class engine<Net, Policy, Strategy, cuda> {
   void check_compile(const Optimizer&, const Loss& loss) {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
-                  "that have: sparse_categorical_crossentropy, categorical_crossentropy, mean_squared_error; one "
+                  "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses; one "
                   "loss per output, as on_output gives, is not on the GPU yet)");
     if constexpr (backend::cuda::has_device_loss<Loss>) next_loss_ = backend::cuda::make_device_loss(loss);
     download_weights();

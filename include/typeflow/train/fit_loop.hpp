@@ -163,6 +163,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     waited += clock::now() - mark;
     while (have) {
       bool next = false;
+      for (auto* c : callbacks) c->on_batch_begin(step + 1);
       try {
         mark = clock::now();
         steps.launch(parity);

@@ -37,6 +37,7 @@
 #include "typeflow/core/strided_view.hpp"
 #include "typeflow/data/any_dataset.hpp"
 #include "typeflow/data/example.hpp"
+#include "typeflow/data/from_values.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/rank_memory.hpp"
 #include "typeflow/distribute/single_device.hpp"
@@ -217,6 +218,20 @@ class model {
                                  "; the update was not applied",
                              e.tensor());
     }
+  }
+
+  // Keras's test_on_batch: the loss and metrics over one batch's valid
+  // rows, in inference mode; the metrics start afresh, as evaluate's do.
+  template <int N, class Features, class Label>
+  evaluation test_on_batch(const data::batch_of<N, Features, Label>& batch) {
+    return evaluate(data::from_values(std::vector<data::batch_of<N, Features, Label>>{batch}));
+  }
+
+  // Keras's predict_on_batch: the outputs for one batch's valid rows, as
+  // predict gives them.
+  template <int N, class Features, class Label>
+  auto predict_on_batch(const data::batch_of<N, Features, Label>& batch) {
+    return predict(data::from_values(std::vector<data::batch_of<N, Features, Label>>{batch}));
   }
 
   // The loss and metrics over every sample of `data` (the last batch is
@@ -408,6 +423,45 @@ class model {
     return {view.storage(), view.size(), view.row_length(), view.row_stride()};
   }
 
+  // Keras's get_weights: every parameter tensor, in the model's order, with
+  // its name, shape and values (the arena's row padding left out).
+  std::vector<weight_tensor> get_weights() const {
+    std::vector<weight_tensor> tensors;
+    const float* region = engine_.parameters().data();
+    parameters::for_each([&](const parameter_info& p) {
+      const auto view = parameters::stored(p, region);
+      tensors.push_back({p.name, p.shape, std::vector<float>(view.begin(), view.end())});
+    });
+    return tensors;
+  }
+  // Keras's set_weights: as many tensors as get_weights gives, in its order,
+  // each with as many values (a name or shape given must be the model's).
+  // Everything is checked before anything is written.
+  void set_weights(const std::vector<weight_tensor>& tensors) {
+    std::vector<parameter_info> own;
+    parameters::for_each([&](const parameter_info& p) { own.push_back(p); });
+    if (tensors.size() != own.size())
+      throw std::invalid_argument("set_weights: " + std::to_string(tensors.size()) + " tensors for a model of " +
+                                  std::to_string(own.size()) + " (get_weights() gives them in order)");
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      const weight_tensor& t = tensors[i];
+      const std::string where = "set_weights: tensor " + std::to_string(i) + " (" + own[i].name + ")";
+      if (!t.name.empty() && t.name != own[i].name)
+        throw std::invalid_argument(where + " is named " + t.name + " here");
+      if (!t.shape.empty() && t.shape != own[i].shape)
+        throw std::invalid_argument(where + " has shape " + io::shape_string(t.shape) + ", the model's is " +
+                                    io::shape_string(own[i].shape));
+      if (t.values.size() != own[i].size)
+        throw std::invalid_argument(where + " holds " + std::to_string(t.values.size()) + " values; its shape " +
+                                    io::shape_string(own[i].shape) + " has " + std::to_string(own[i].size));
+    }
+    float* region = engine_.writable_parameters().data();
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      auto view = parameters::stored(own[i], region);
+      std::copy(tensors[i].values.begin(), tensors[i].values.end(), view.begin());
+    }
+  }
+
   // The whole parameter region (padding included), for bit-for-bit comparisons.
   std::span<const float> parameter_region() const { return engine_.parameters(); }
   // Replica r's copy of the parameter region (mirrored<N>: all equal after a step).
@@ -528,17 +582,19 @@ class model {
     explicit access(model& owner) : m(owner) {}
     void stop_training() override { stop = true; }
     bool stop_requested() const override { return stop; }
-    std::vector<float> get_weights() const override {
+    std::vector<float> get_weight_region() const override {
       const auto region = m.parameter_region();
       return {region.begin(), region.end()};
     }
-    void set_weights(std::span<const float> region) override {
+    void set_weight_region(std::span<const float> region) override {
       const auto into = m.engine_.writable_parameters();
       if (region.size() != into.size())
-        throw std::invalid_argument("set_weights: " + std::to_string(region.size()) + " floats for a parameter region of " +
-                                    std::to_string(into.size()));
+        throw std::invalid_argument("set_weight_region: " + std::to_string(region.size()) +
+                                    " floats for a parameter region of " + std::to_string(into.size()));
       std::copy(region.begin(), region.end(), into.begin());
     }
+    std::vector<weight_tensor> get_weights() const override { return m.get_weights(); }
+    void set_weights(const std::vector<weight_tensor>& tensors) override { m.set_weights(tensors); }
     void save_weights(const std::filesystem::path& path) override { m.save_weights(path); }
     std::filesystem::path save_checkpoint(const std::filesystem::path& dir, int keep) override {
       return m.save_checkpoint(dir, {.keep = keep});

@@ -31,7 +31,9 @@ template <class... Loss>
 struct loss_list {};
 
 // The dense-target losses the kernel library compiles.
-using device_row_losses = loss_list<losses::categorical_crossentropy, losses::mean_squared_error>;
+using device_row_losses =
+    loss_list<losses::categorical_crossentropy, losses::mean_squared_error, losses::mean_absolute_error, losses::huber,
+              losses::binary_crossentropy, losses::kl_divergence, losses::cosine_similarity>;
 
 template <class Loss, class List>
 inline constexpr bool listed = false;
