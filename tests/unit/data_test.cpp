@@ -609,3 +609,25 @@ TEST_CASE("a for loop works over any_dataset and a prefetching pipeline, and may
   for (const auto& e : counting(0)) empty += e.label[0] + 1;
   CHECK(empty == 0);
 }
+
+TEST_CASE("unbatch gives each batch's valid rows in order, and any_batches batches them again at its size") {
+  std::vector<std::int32_t> labels;
+  for (const auto& e : counting(10) | data::batch<4> | data::unbatch) {
+    CHECK(e.features[0] == 10.f * static_cast<float>(e.label[0]));
+    labels.push_back(e.label[0]);
+  }
+  std::vector<std::int32_t> all(10);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(labels == all);  // the last batch's two padding rows are left out
+  using three = data::batch_of<3, data::tensor_value<float, shape<1>>, data::tensor_value<std::int32_t, shape<>>>;
+  const data::any_batches<three> rebatched = counting(10) | data::batch<4>;
+  std::vector<int> valid;
+  labels.clear();
+  for (const auto& b : rebatched) {
+    valid.push_back(b.valid);
+    labels.insert(labels.end(), b.labels.begin(), b.labels.begin() + b.valid);
+  }
+  CHECK(valid == std::vector<int>{3, 3, 3, 1});
+  CHECK(labels == all);
+  CHECK((counting(10) | data::batch<4> | data::unbatch).cardinality() == data::unknown_cardinality);
+}

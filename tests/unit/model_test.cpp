@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,86 @@ TEST_CASE("get_weights and set_weights go by tensor with names and shapes, as Ke
   // Values alone, in order (names and shapes left empty), as Keras takes arrays.
   model.set_weights({{"", {}, {1.f, 2.f}}, {"", {}, {3.f}}});
   CHECK(model.get_weights()[1].values == std::vector<float>{3.f});
+}
+
+TEST_CASE("fit's steps_per_epoch, validation_steps and validation data batched at another size") {
+  toy_data toy(64), held_out(40);
+  auto train = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model{5};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  // Validation batched at 7 (40 = 5 x 7 + 5) while training batches are 16: the same samples, the same val_loss.
+  auto validation = tf::data::from_tensor_slices<tf::shape<8>>(held_out.features, held_out.labels) | tf::data::batch<7>;
+  std::vector<double> val_loss, evaluated;
+  tf::callbacks::lambda_callback check({.on_epoch_end = [&](int, const tf::logs& l) {
+    val_loss.push_back(*l.get("val_loss"));
+    auto same = tf::data::from_tensor_slices<tf::shape<8>>(held_out.features, held_out.labels) | tf::data::batch<16>;
+    evaluated.push_back(model.evaluate(same).at("loss"));
+  }});
+  auto history = model.fit(train, {.epochs = 2, .validation_data = validation, .callbacks = {&check}, .verbose = 0,
+                                   .steps_per_epoch = 3});
+  CHECK(model.iterations() == 6);  // 3 of the 4 batches in each epoch
+  REQUIRE(val_loss.size() == 2);
+  CHECK(val_loss[1] == doctest::Approx(evaluated[1]).epsilon(1e-6));
+  CHECK(history.values.at("val_loss").size() == 2);
+
+  // An endless dataset: steps_per_epoch ends each epoch.
+  model.fit(train | tf::data::repeat(), {.epochs = 2, .verbose = 0, .steps_per_epoch = 5});
+  CHECK(model.iterations() == 16);
+
+  // validation_steps = 1: only the first validation batch (7 samples) is evaluated.
+  val_loss.clear();
+  evaluated.clear();
+  tf::callbacks::lambda_callback first_batch({.on_epoch_end = [&](int, const tf::logs& l) {
+    val_loss.push_back(*l.get("val_loss"));
+    for (const auto& b : validation) {
+      evaluated.push_back(model.test_on_batch(b).at("loss"));
+      break;
+    }
+  }});
+  model.fit(train, {.epochs = 1, .validation_data = validation, .callbacks = {&first_batch}, .verbose = 0,
+                    .validation_steps = 1});
+  REQUIRE(val_loss.size() == 1);
+  CHECK(val_loss[0] == doctest::Approx(evaluated[0]).epsilon(1e-6));
+  CHECK_THROWS_WITH_AS(model.fit(train, {.verbose = 0, .steps_per_epoch = 0}),
+                       doctest::Contains("steps_per_epoch must be positive"), std::invalid_argument);
+}
+
+TEST_CASE("fit's class_weight weighs each row's loss and gradient by its class, as Keras's") {
+  toy_data toy(16);
+  auto one_batch = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model{9};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto z = model.predict(one_batch);  // the logits the step will see (no dropout)
+  const std::map<int, float> class_weight{{0, 2.f}, {2, 0.5f}};
+  double loss = 0;
+  std::vector<double> bias_gradient(4, 0.0);
+  for (int i = 0; i < 16; ++i) {
+    const int y = toy.labels[static_cast<std::size_t>(i)];
+    const double w = y == 0 ? 2.0 : (y == 2 ? 0.5 : 1.0);
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) sum += std::exp(static_cast<double>(z[static_cast<std::size_t>(i * 4 + j)]));
+    loss += w * (std::log(sum) - z[static_cast<std::size_t>(i * 4 + y)]) / 16;
+    for (int j = 0; j < 4; ++j)
+      bias_gradient[static_cast<std::size_t>(j)] +=
+          w * (std::exp(static_cast<double>(z[static_cast<std::size_t>(i * 4 + j)])) / sum - (j == y)) / 16;
+  }
+  const auto history = model.fit(one_batch, {.verbose = 0, .class_weight = class_weight});
+  CHECK(history.values.at("loss")[0] == doctest::Approx(loss).epsilon(1e-5));
+  const auto g = model.gradient("layers.3.bias");
+  for (int j = 0; j < 4; ++j) CHECK(g[static_cast<std::size_t>(j)] == doctest::Approx(bias_gradient[static_cast<std::size_t>(j)]).epsilon(1e-5));
+  // evaluate is not weighted, and the weights hold for that fit only.
+  const auto z_after = model.predict(one_batch);
+  double unweighted = 0;
+  for (int i = 0; i < 16; ++i) {
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) sum += std::exp(static_cast<double>(z_after[static_cast<std::size_t>(i * 4 + j)]));
+    unweighted += (std::log(sum) - z_after[static_cast<std::size_t>(i * 4 + toy.labels[static_cast<std::size_t>(i)])]) / 16;
+  }
+  CHECK(model.evaluate(one_batch).at("loss") == doctest::Approx(unweighted).epsilon(1e-5));
+  CHECK_THROWS_WITH_AS(model.fit(one_batch, {.verbose = 0, .class_weight = {{4, 1.f}}}),
+                       doctest::Contains("class_weight names class 4, but the output has classes 0..3"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("save_weights and load_weights round-trip every parameter by its Keras-like name") {

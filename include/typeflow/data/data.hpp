@@ -13,7 +13,7 @@
 //
 // Sources       from_tensor_slices, from_values, range, generator, mnist,
 //               fashion_mnist, text_file, lm_windows, csv
-// Combinators   map, filter, shuffle, batch, repeat, take, skip, zip,
+// Combinators   map, filter, shuffle, batch, unbatch, repeat, take, skip, zip,
 //               zip_named, examples, enumerate, interleave, shard, cache, prefetch
 // Named parts   record, parts, named (a model's several inputs and outputs)
 // Behind a type any_dataset<Element>
@@ -40,6 +40,7 @@
 #include "typeflow/data/filter.hpp"
 #include "typeflow/data/shuffle.hpp"
 #include "typeflow/data/batch.hpp"
+#include "typeflow/data/unbatch.hpp"
 #include "typeflow/data/repeat.hpp"
 #include "typeflow/data/take.hpp"
 #include "typeflow/data/skip.hpp"

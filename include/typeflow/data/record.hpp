@@ -113,6 +113,12 @@ struct record {
       (std::memcpy(row + offsets[J], at<J>().data(), sizes[J] * 4), ...);
     }(std::make_index_sequence<count>{});
   }
+  // The reverse: the parts from a packed row (unbatch).
+  void unpack(const float* row) {
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (std::memcpy(at<J>().data(), row + offsets[J], sizes[J] * 4), ...);
+    }(std::make_index_sequence<count>{});
+  }
 };
 
 template <class T>
@@ -147,6 +153,14 @@ void put_row(const Value& value, Slot* row) {
     value.pack(row);
   else
     std::copy_n(value.data(), Value::size, row);
+}
+// unbatch's reverse of put_row.
+template <class Value, class Slot>
+void take_row(const Slot* row, Value& value) {
+  if constexpr (is_record_v<Value>)
+    value.unpack(row);
+  else
+    std::copy_n(row, Value::size, value.data());
 }
 }  // namespace detail
 

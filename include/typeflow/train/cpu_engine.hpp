@@ -30,6 +30,7 @@
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
+#include "typeflow/train/class_weight.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
@@ -132,7 +133,7 @@ class engine<Net, Policy, Strategy, cpu> {
         ++run.step;
         program.forward();
       }
-      void loss() { ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), shard); }
+      void loss() { ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), shard, true); }
       void scale_output_gradient() { ops.e.scale_output_gradient(program); }
     };
 
@@ -433,9 +434,10 @@ class engine<Net, Policy, Strategy, cpu> {
   }
 
   // The mean loss over the program's first `valid` samples; writes
-  // d(loss)/d(output). labels: the program's batch of labels.
+  // d(loss)/d(output). labels: the program's batch of labels; training: a
+  // step's loss, which fit's class_weight weighs.
   template <class Program, class Label>
-  double compute_loss(Program& program, const Label* labels, int valid) {
+  double compute_loss(Program& program, const Label* labels, int valid, bool training) {
     const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Program::batch_size * rows_per_sample);
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
     float* row_loss = program.row_losses();
@@ -443,6 +445,8 @@ class engine<Net, Policy, Strategy, cpu> {
       training_.loss->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     else
       training_.loss->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
+    if (training && !training_.class_weights.empty())  // fit's class_weight (train/class_weight.hpp)
+      weight_rows_by_class(training_.class_weights, labels, valid_rows, classes, row_loss, program.output_gradient());
     double sum = 0;
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
     return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
@@ -477,7 +481,7 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     template <class Batch>
     double loss(const Batch& batch) {
-      return e.compute_loss(program, batch.labels.data(), batch.valid);
+      return e.compute_loss(program, batch.labels.data(), batch.valid, false);
     }
     const float* outputs() const { return program.output(); }
   };

@@ -4,6 +4,7 @@
 // resuming a fit from a checkpoint, and the input and step timings.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -93,7 +94,19 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
 
   if (!(options.peak_flops >= 0) && !(options.peak_flops < 0))
     throw std::invalid_argument("fit: peak_flops is not a number");
-  const std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
+  if (options.steps_per_epoch == 0 || options.steps_per_epoch < -1)
+    throw std::invalid_argument("fit: steps_per_epoch must be positive, or -1 for the whole dataset (got " +
+                                std::to_string(options.steps_per_epoch) + ")");
+  if (options.validation_steps == 0 || options.validation_steps < -1)
+    throw std::invalid_argument("fit: validation_steps must be positive, or -1 for all of validation_data (got " +
+                                std::to_string(options.validation_steps) + ")");
+  const std::int64_t step_limit = options.steps_per_epoch;  // -1: none
+  std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
+  if (step_limit > 0) full_batches = full_batches < 0 ? step_limit : std::min(full_batches, step_limit);
+  // validation_steps: the first batches of the validation data only.
+  data::any_dataset<batch_type> validation = options.validation_data;
+  if (options.validation_data && options.validation_steps > 0)
+    validation = options.validation_data.first(options.validation_steps);
   batch_type batch;
   logs step_logs, epoch_logs;
   using clock = std::chrono::steady_clock;
@@ -158,7 +171,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     clock::duration waited{}, stepped{};
     int parity = 0;
     auto mark = clock::now();
-    bool have = cursor.next(batch) && batch.valid == batch_type::size;  // a last partial batch is dropped
+    bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) &&
+                batch.valid == batch_type::size;  // a last partial batch is dropped
     if (have) steps.stage(batch, parity);
     waited += clock::now() - mark;
     while (have) {
@@ -169,7 +183,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         steps.launch(parity);
         stepped += clock::now() - mark;
         mark = clock::now();
-        next = cursor.next(batch) && batch.valid == batch_type::size;
+        next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && batch.valid == batch_type::size;
         if (next) steps.stage(batch, 1 - parity);
         waited += clock::now() - mark;
         mark = clock::now();
@@ -204,7 +218,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     epoch_logs = step_logs;
     if (options.validation_data) {
       for (auto* c : callbacks) c->on_test_begin();
-      steps.validate(options.validation_data);
+      steps.validate(validation);
       state.fill_logs(epoch_logs, "val_");
       for (auto* c : callbacks) c->on_test_end(epoch_logs);
     }

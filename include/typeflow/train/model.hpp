@@ -55,6 +55,7 @@
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
+#include "typeflow/train/class_weight.hpp"
 #include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
@@ -194,6 +195,15 @@ class model {
     auto steps = engine_.template steps<batch_type>();
     if constexpr (std::is_same_v<Device, cpu>)
       if (options.peak_flops == 0) options.peak_flops = cpu_peak_flops();  // measured once per process
+    if constexpr (std::is_same_v<Device, cuda>)
+      if (!options.class_weight.empty())
+        throw std::invalid_argument("fit: class_weight is not on tf::cuda yet (it weighs the loss's rows on the CPU)");
+    // class_weight holds for this fit only.
+    training_.class_weights = class_weight_table(options.class_weight, classes);
+    struct forget_weights {
+      training_state<Net>& t;
+      ~forget_weights() { t.class_weights.clear(); }
+    } forget{training_};
     access access_for_callbacks{*this};
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), access_for_callbacks);
   }

@@ -25,6 +25,7 @@
 #include "typeflow/core/dtype.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/any_dataset.hpp"
+#include "typeflow/data/unbatch.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
@@ -43,7 +44,9 @@ namespace typeflow {
 template <class Element>
 struct fit_options {
   int epochs = 1;
-  data::any_dataset<Element> validation_data{};
+  // Evaluated after every epoch; batched at any size (data/unbatch.hpp's
+  // any_batches: batched again at the training batch size, same samples).
+  data::any_batches<Element> validation_data{};
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
   int verbose = 1;                     // 0 silent, 1 progress bar (one line per epoch off a terminal), 2 one line per epoch
   int initial_epoch = 0;  // Keras's: the epoch (0-based) to start at; fit runs epochs initial_epoch .. epochs - 1
@@ -51,6 +54,15 @@ struct fit_options {
   // utilisation): 0 lets model<..., cpu> measure it once (backend/cpu/peak_flops.hpp)
   // and leaves mfu out on a GPU; a negative value leaves mfu out.
   double peak_flops = 0;
+  // Keras's: at most this many batches make an epoch (each epoch opens the
+  // dataset again, so an endless one, repeat(), gives each epoch its own
+  // order); -1: until the dataset ends.
+  std::int64_t steps_per_epoch = -1;
+  // Keras's: at most this many batches of validation_data are evaluated; -1: all.
+  std::int64_t validation_steps = -1;
+  // Keras's: class id -> the weight of its rows' loss while training (a
+  // class not named weighs 1); train/class_weight.hpp. CPU only so far.
+  std::map<int, float> class_weight{};
 };
 
 // The training FLOPs of one step of Batch samples: the network's forward
@@ -450,6 +462,7 @@ class training_state {
   std::vector<std::unique_ptr<detail::metric_base>> metrics;
   int slots = 0;                    // the optimizer's state slots, each the parameter region's size
   std::int64_t iterations = 0;      // updates applied (a skipped or accumulating step does not count)
+  std::vector<float> class_weights;  // during a fit given class_weight: each class's (train/class_weight.hpp)
   std::uint64_t epoch_counter = 0;  // epochs begun, the pipeline's shuffle key
   metrics::mean loss_mean;
   metrics::mean regularization_mean;  // the part of the loss the regularizers add

@@ -1,0 +1,113 @@
+// unbatch: a batched dataset's samples one by one, like tf.data's
+// Dataset.unbatch; and any_batches<Batch>, any dataset of Batch's examples
+// at Batch's size.
+//
+//   source | unbatch        element_type = example<Features, Label> of the batches;
+//                           each batch's valid rows in order (padding left out);
+//                           cardinality unknown (infinite for an infinite source)
+//   any_batches<Batch>(ds)  ds as is when its batches are Batch, else
+//                           ds | unbatch | batch<Batch::size>: the same samples
+//                           in the same order, batched again (fit's validation
+//                           data may be batched differently from its training data);
+//                           first(n): the first n batches as given, batched again
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+#include "typeflow/data/any_dataset.hpp"
+#include "typeflow/data/batch.hpp"
+#include "typeflow/data/example.hpp"
+#include "typeflow/data/pipe.hpp"
+#include "typeflow/data/record.hpp"
+#include "typeflow/data/take.hpp"
+
+namespace typeflow::data {
+
+template <batched_dataset Source>
+class unbatch_dataset {
+ public:
+  using batch_type = typename Source::element_type;
+  using element_type = example<typename batch_type::features_type, typename batch_type::label_type>;
+
+  explicit unbatch_dataset(Source source) : source_(std::move(source)) {}
+
+  std::int64_t cardinality() const {
+    const std::int64_t batches = source_.cardinality();
+    return batches == infinite_cardinality || batches == 0 ? batches : unknown_cardinality;
+  }
+
+  class cursor {
+   public:
+    bool next(element_type& out) {
+      while (row_ >= batch_.valid) {
+        if (!source_.next(batch_)) return false;
+        row_ = 0;
+      }
+      const std::size_t r = static_cast<std::size_t>(row_++);
+      detail::take_row(batch_.features.data() + r * batch_type::features_type::size, out.features);
+      detail::take_row(batch_.labels.data() + r * batch_type::label_type::size, out.label);
+      return true;
+    }
+
+   private:
+    friend class unbatch_dataset;
+    explicit cursor(cursor_t<Source> source) : source_(std::move(source)) {}
+    cursor_t<Source> source_;
+    batch_type batch_{};  // the batch being handed out, row by row
+    int row_ = 0;
+  };
+
+  cursor open(std::uint64_t epoch = 0) const { return cursor(source_.open(epoch)); }
+
+ private:
+  Source source_;
+};
+
+struct unbatch_adaptor {
+  static constexpr bool is_pipeline_adaptor = true;
+  template <dataset Source>
+  auto operator()(Source source) const {
+    if constexpr (!batched_dataset<Source>) {
+      static_assert(dependent_false<Source>, "unbatch: this stage's elements are not batches (batch_of<N, ...>)");
+      return source;
+    } else {
+      return unbatch_dataset<Source>(std::move(source));
+    }
+  }
+};
+
+// source | unbatch
+inline constexpr unbatch_adaptor unbatch{};
+
+// Any dataset of Batch's examples, batched at Batch's size.
+template <class Batch>
+class any_batches : public any_dataset<Batch> {
+ public:
+  any_batches() = default;
+  template <batched_dataset D>
+    requires std::same_as<typename D::element_type::features_type, typename Batch::features_type> &&
+             std::same_as<typename D::element_type::label_type, typename Batch::label_type>
+  any_batches(D d)
+      : any_dataset<Batch>(rebatched(d)),
+        first_([d](std::int64_t n) { return any_dataset<Batch>(rebatched(d | take(n))); }) {}
+
+  // The first n batches as given (before batching again), batched at Batch's size.
+  any_dataset<Batch> first(std::int64_t n) const { return first_ ? first_(n) : any_dataset<Batch>(); }
+
+ private:
+  std::function<any_dataset<Batch>(std::int64_t)> first_;
+
+  template <class D>
+  static auto rebatched(D d) {
+    if constexpr (std::is_same_v<typename D::element_type, Batch>)
+      return d;
+    else
+      return std::move(d) | unbatch | batch<Batch::size>;
+  }
+};
+
+}  // namespace typeflow::data
