@@ -127,7 +127,7 @@ TEST_CASE("a seeded training run is reproducible bit for bit") {
   CHECK(first == second);
 }
 
-TEST_CASE("fit learns a separable problem, drops the partial batch and reports History") {
+TEST_CASE("fit learns a separable problem, trains the last partial batch and reports History") {
   toy_data toy(330);  // 20 full batches of 16, and 10 left over
   auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::shuffle(330, 1) |
               tf::data::batch<16>;
@@ -135,11 +135,55 @@ TEST_CASE("fit learns a separable problem, drops the partial batch and reports H
   model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
                 tf::losses::sparse_categorical_crossentropy{.from_logits = true}, tf::metrics::accuracy{});
   const auto history = model.fit(data, {.epochs = 4, .validation_data = data, .verbose = 0});
-  CHECK(model.iterations() == 4 * 20);
+  CHECK(model.iterations() == 4 * 21);  // as Keras: ceil(330 / 16) steps an epoch
   REQUIRE(history.epochs() == 4);
   CHECK(history["loss"].back() < history["loss"].front());
   CHECK(history["val_accuracy"].back() > 0.95);
   CHECK(history.contains("learning_rate"));
+}
+
+TEST_CASE("a last partial batch trains as Keras's: ceil(n / batch) steps, the epoch's means over all n rows") {
+  toy_data toy(1000);  // 15 batches of 64 and one of 40
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<64>;
+  // A learning rate of 0: the weights stay, so the epoch's loss and accuracy are those of predict's outputs.
+  tf::model<toy_net> still{4};
+  still.compile(tf::optimizers::sgd{.learning_rate = 0.0}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  const auto z = still.predict(data);
+  double loss = 0;
+  int hits = 0;
+  for (std::size_t i = 0; i < 1000; ++i) {
+    const float* row = &z[i * 4];
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) sum += std::exp(static_cast<double>(row[j]));
+    loss += std::log(sum) - row[toy.labels[i]];
+    hits += static_cast<int>(std::max_element(row, row + 4) - row) == toy.labels[i];
+  }
+  const auto history = still.fit(data, {.verbose = 0});
+  CHECK(still.iterations() == 16);
+  CHECK(history["loss"][0] == doctest::Approx(loss / 1000).epsilon(1e-5));
+  CHECK(history["accuracy"][0] == doctest::Approx(hits / 1000.0));
+
+  // The partial batch's gradient is the mean over its 40 rows: on one replica
+  // and on mirrored<2> (32 rows and 8) the weights after an epoch agree.
+  tf::model<toy_net> single{6};
+  tf::model<toy_net, tf::float32, tf::mirrored<2>> pair{6};
+  single.compile(tf::optimizers::sgd{.learning_rate = 0.5}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  pair.compile(tf::optimizers::sgd{.learning_rate = 0.5}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto single_history = single.fit(data, {.verbose = 0});
+  const auto pair_history = pair.fit(data, {.verbose = 0});
+  CHECK(pair.iterations() == 16);
+  CHECK(pair_history["loss"][0] == doctest::Approx(single_history["loss"][0]).epsilon(1e-5));
+  const auto a = single.get_weights(), b = pair.get_weights();
+  for (std::size_t t = 0; t < a.size(); ++t)
+    for (std::size_t i = 0; i < a[t].values.size(); ++i)
+      CHECK(a[t].values[i] == doctest::Approx(b[t].values[i]).epsilon(1e-4).scale(1.0));
+  // A batch of 40 alone (smaller than one batch) trains too; only an empty dataset is refused.
+  auto tiny = tf::data::from_tensor_slices<tf::shape<8>>(std::vector<float>(toy.features.begin(), toy.features.begin() + 40 * 8),
+                                                          std::vector<std::int32_t>(toy.labels.begin(), toy.labels.begin() + 40)) |
+              tf::data::batch<64>;
+  single.fit(tiny, {.verbose = 0});
+  CHECK(single.iterations() == 17);
 }
 
 TEST_CASE("evaluate counts every sample, padding the last batch, and matches predict") {

@@ -116,6 +116,9 @@ class engine<Net, Policy, Strategy, cpu> {
     using label_type = typename Batch::label_value;
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
+    // A last partial batch trains (train/training_step.hpp) unless batch
+    // statistics would count its padding.
+    static constexpr bool partial_batches = !parameter_table<Net>::has_statistics;
     using program_type = step_program<Net, shard, cpu>;
     static constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
     static constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
@@ -133,7 +136,18 @@ class engine<Net, Policy, Strategy, cpu> {
         ++run.step;
         program.forward();
       }
-      void loss() { ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), shard, true); }
+      // A partial batch: the loss over this replica's valid rows, and under
+      // mirrored<N> its gradient weighed by its share of the batch's samples.
+      void loss() {
+        const int valid = ops.staged->valid, own = replica_valid(valid, r, shard);
+        ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), own, true);
+        if (replica_count > 1 && valid < Batch::size && own > 0) {
+          const float weight = static_cast<float>(replica_count * own) / static_cast<float>(valid);
+          float* gradient = program.output_gradient();
+          constexpr std::size_t count = shard * Net::output_shape_type::size;
+          for (std::size_t i = 0; i < count; ++i) gradient[i] *= weight;
+        }
+      }
       void scale_output_gradient() { ops.e.scale_output_gradient(program); }
     };
 
@@ -180,7 +194,13 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     void update() {
       double loss = 0;
-      for (double l : losses) loss += l / replica_count;
+      const int valid = staged->valid;
+      if (valid == Batch::size) {
+        for (double l : losses) loss += l / replica_count;
+      } else {  // a partial batch: each replica's mean weighed by its valid samples
+        for (int r = 0; r < replica_count; ++r)
+          loss += losses[r] * replica_valid(valid, r, shard) / static_cast<double>(valid);
+      }
       result = e.update_step(loss);
     }
     step_outcome outcome(int) const { return result; }

@@ -160,6 +160,8 @@ class engine<Net, Policy, Strategy, cuda> {
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
     static constexpr int rows = shard * static_cast<int>(rows_per_sample);
+    // The captured step holds its row count: fit drops a last partial batch here.
+    static constexpr bool partial_batches = false;
 
     // One replica's share of the launch, enqueued on its compute stream.
     struct replica_step {

@@ -101,7 +101,11 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     throw std::invalid_argument("fit: validation_steps must be positive, or -1 for all of validation_data (got " +
                                 std::to_string(options.validation_steps) + ")");
   const std::int64_t step_limit = options.steps_per_epoch;  // -1: none
-  std::int64_t full_batches = train.cardinality() < 0 ? -1 : training_state<Net>::full_batch_count(train);
+  // A batch fit trains: a full one, or a last partial one where the device trains it (training_step.hpp).
+  const auto trains = [](const batch_type& b) { return b.valid == batch_type::size || (Steps::partial_batches && b.valid > 0); };
+  std::int64_t full_batches = train.cardinality() < 0          ? -1
+                              : Steps::partial_batches ? train.cardinality()
+                                                       : training_state<Net>::full_batch_count(train);
   if (step_limit > 0) full_batches = full_batches < 0 ? step_limit : std::min(full_batches, step_limit);
   // validation_steps: the first batches of the validation data only.
   data::any_dataset<batch_type> validation = options.validation_data;
@@ -155,7 +159,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     if (continuing) {
       // The batches the checkpoint's fit had trained in this epoch, read again and skipped.
       for (; step < resume->step; ++step)
-        if (!cursor.next(batch) || batch.valid != batch_type::size)
+        if (!cursor.next(batch) || !trains(batch))
           throw std::invalid_argument("fit: the checkpoint continues epoch " + std::to_string(epoch + 1) +
                                       " after batch " + std::to_string(resume->step) + ", but the training data has only " +
                                       std::to_string(step) + " full batches in that epoch; continue with the same data");
@@ -171,8 +175,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     clock::duration waited{}, stepped{};
     int parity = 0;
     auto mark = clock::now();
-    bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) &&
-                batch.valid == batch_type::size;  // a last partial batch is dropped
+    bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) && trains(batch);
     if (have) steps.stage(batch, parity);
     waited += clock::now() - mark;
     while (have) {
@@ -183,7 +186,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         steps.launch(parity);
         stepped += clock::now() - mark;
         mark = clock::now();
-        next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && batch.valid == batch_type::size;
+        next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && trains(batch);
         if (next) steps.stage(batch, 1 - parity);
         waited += clock::now() - mark;
         mark = clock::now();
@@ -212,9 +215,12 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       parity = 1 - parity;
     }
     if (step == 0 && !terminated)
-      throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " +
-                                  std::to_string(batch_type::size) +
-                                  " samples to train on; the dataset is smaller than one batch");
+      throw std::invalid_argument(
+          Steps::partial_batches
+              ? "fit: epoch " + std::to_string(epoch + 1) + " had no sample to train on; the dataset is empty"
+              : "fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " + std::to_string(batch_type::size) +
+                    " samples to train on; the dataset is smaller than one batch (a partial batch trains only "
+                    "on the CPU, without batch_normalization)");
     epoch_logs = step_logs;
     if (options.validation_data) {
       for (auto* c : callbacks) c->on_test_begin();

@@ -185,7 +185,9 @@ class model {
   }
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
-  // batch size N is part of its type. A last partial batch is dropped.
+  // batch size N is part of its type. A last partial batch trains, as in
+  // Keras, on the CPU for a network without batch_normalization (else it is
+  // dropped: train/training_step.hpp).
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,17 @@ inline void append_parameters(std::vector<parameter_info>& table, std::size_t la
 template <class Net>
 struct parameter_table {
   using info = parameter_info;
+
+  // Whether any layer keeps moving statistics (batch_normalization): its
+  // forward then reads every row of a batch together.
+  static constexpr bool has_statistics = []<std::size_t... I>(std::index_sequence<I...>) {
+    constexpr auto any_statistic = []<class Tuple>(std::type_identity<Tuple>) {
+      return []<std::size_t... P>(std::index_sequence<P...>) {
+        return ((std::tuple_element_t<P, Tuple>::kind == param_kind::statistic) || ... || false);
+      }(std::make_index_sequence<std::tuple_size_v<Tuple>>{});
+    };
+    return (any_statistic(std::type_identity<typename Net::template layer<I>::params::tuple>{}) || ... || false);
+  }(std::make_index_sequence<Net::layer_count>{});
 
   // The kernel a LoRA matrix adapts: "blocks.0.attn.qkv.lora_kernel_a" ->
   // "blocks.0.attn.qkv.kernel"; and a kernel's adapter matrices, when it has them.

@@ -18,9 +18,22 @@
 // captures it once as a CUDA graph and replays it; several GPUs, or
 // workers, enqueue it with NCCL between the replicas' layers.
 //
-// Ops (train/cpu_engine.hpp's cpu_step_ops, train/cuda_engine.hpp's
-// cuda_step_ops) provide, for one batch type:
-//   batch_type, replicas (in this process), shard (samples per replica)
+// A last partial batch (valid < N samples) trains where the device's ops
+// allow it (partial_batches: the CPU, for a network without batch
+// statistics): the padding rows are zeros with no loss and no gradient, so
+// every product runs on the full batch and the gradients are those of the
+// valid rows; the loss's mean, the metrics and the means fit logs count the
+// valid rows only, as Keras does. Under mirrored<N> each replica takes its
+// share of the valid samples (replica_valid), and its loss gradient is
+// weighed by that share so that the all-reduce gives the mean over them.
+// A network with batch_normalization drops a partial batch (its statistics
+// would count the padding), and so does tf::cuda (its captured step holds
+// the row count).
+//
+// Ops (train/cpu_engine.hpp's and train/cuda_engine.hpp's engine::step_ops)
+// provide, for one batch type:
+//   batch_type, replicas (in this process), shard (samples per replica),
+//   partial_batches
 //   check(batch)                       the device's own checks (may throw std::logic_error)
 //   stage(batch, parity)               batch k (parity k % 2) toward the replicas
 //   begin(parity)                      the step's counters
@@ -69,16 +82,25 @@ struct step_outcome {
   std::int64_t iterations = 0;  // the optimizer's after the step (a skipped or accumulating step adds none)
 };
 
+// The samples of a batch of `valid` that replica r of `replicas` takes,
+// `shard` each: its consecutive share, fewer (or none) in a last partial batch.
+constexpr int replica_valid(int valid, int r, int shard) {
+  const int left = valid - r * shard;
+  return left <= 0 ? 0 : (left < shard ? left : shard);
+}
+
 template <class Net, bool LossScaling, class Ops>
 class training_steps {
   using batch_type = typename Ops::batch_type;
   using label_type = typename batch_type::label_value;
   static constexpr int classes = training_state<Net>::classes;
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
-  // Each replica's rows: its shard's samples times each sample's positions.
-  static constexpr std::ptrdiff_t shard_rows = static_cast<std::ptrdiff_t>(Ops::shard * rows_per_sample);
 
  public:
+  // Whether a last partial batch trains, as in Keras (train/training_step.hpp's
+  // note on partial batches); else fit drops it.
+  static constexpr bool partial_batches = Ops::partial_batches;
+
   training_steps(training_state<Net>& training, Ops ops) : training_(training), ops_(std::move(ops)) {}
 
   void stage(const batch_type& batch, int parity) {
@@ -93,6 +115,7 @@ class training_steps {
       refused = std::current_exception();
       return;
     }
+    valid_[static_cast<std::size_t>(parity)] = batch.valid;
     ops_.stage(batch, parity);
   }
 
@@ -123,13 +146,16 @@ class training_steps {
       if (outcome.gradients_refused) throw non_finite_gradient<Net>(ops_.gradients().data());
     }
     training_.iterations = outcome.iterations;
-    constexpr int samples = batch_type::size;
+    const int samples = valid_[static_cast<std::size_t>(parity)];
     if constexpr (Net::has_regularizers) training_.regularization_mean.update(outcome.penalty, samples);
     training_.loss_mean.update(loss, samples);
     for (int r = 0; r < Ops::replicas; ++r) {
+      const std::ptrdiff_t rows =
+          static_cast<std::ptrdiff_t>(replica_valid(samples, r, Ops::shard)) * static_cast<std::ptrdiff_t>(rows_per_sample);
+      if (rows == 0) continue;
       const float* outputs = ops_.outputs(r, parity);
       const label_type* labels = ops_.labels(r, parity);
-      for (auto& m : training_.metrics) m->update(outputs, labels, shard_rows, classes);
+      for (auto& m : training_.metrics) m->update(outputs, labels, rows, classes);
     }
     return loss;
   }
@@ -142,6 +168,7 @@ class training_steps {
   training_state<Net>& training_;
   Ops ops_;
   std::array<std::exception_ptr, 2> refused_;  // a staged batch's bad labels, thrown at its launch
+  std::array<int, 2> valid_{};                 // each staged batch's samples
 };
 
 }  // namespace typeflow
