@@ -273,3 +273,43 @@ TEST_CASE("zip_named and examples build the same named examples from sources of 
   CHECK(from_zip.at("loss") == direct.at("loss"));
   CHECK(from_zip.at("class_accuracy") == direct.at("class_accuracy"));
 }
+
+// model/functional.hpp's header example: a block (sequential<embedding, flatten>)
+// reading an int32 input node.
+namespace {
+using header_example = tf::functional<tf::node<"title", tf::typed_input<tf::int32, 12>>,
+                                      tf::node<"tags", tf::input<12>>,
+                                      tf::node<"title_features", tf::sequential<tf::embedding<1000, 16>, tf::flatten>, "title">,
+                                      tf::node<"features", tf::concatenate<>, "title_features", "tags">,
+                                      tf::node<"priority", tf::dense<1>, "features">,
+                                      tf::node<"department", tf::dense<4>, "features">,
+                                      tf::outputs<"priority", "department">>;
+}  // namespace
+
+TEST_CASE("an embedding first in a block reads an int32 input node, as functional.hpp's header example does") {
+  using ticket = data::record<data::part<"title", data::tensor_value<std::int32_t, tf::shape<12>>>,
+                              data::part<"tags", data::tensor_value<float, tf::shape<12>>>>;
+  using answer = data::record<data::part<"priority", data::tensor_value<float, tf::shape<1>>>,
+                              data::part<"department", data::tensor_value<std::int32_t, tf::shape<>>>>;
+  std::vector<data::example<ticket, answer>> tickets(64);
+  for (int i = 0; i < 64; ++i) {
+    auto& t = tickets[static_cast<std::size_t>(i)];
+    auto& title = t.features.template get<"title">();
+    for (std::size_t j = 0; j < 12; ++j) title[j] = static_cast<std::int32_t>((i * 37 + static_cast<int>(j) * 11) % 1000);
+    auto& tags = t.features.template get<"tags">();
+    for (std::size_t j = 0; j < 12; ++j) tags[j] = (i + static_cast<int>(j)) % 3 == 0 ? 1.f : 0.f;
+    t.label.template get<"priority">()[0] = static_cast<float>(i % 5) / 5.f;
+    t.label.template get<"department">()[0] = title[0] % 4;
+  }
+  tf::model<header_example> net{3};
+  net.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+              tf::on_output<"priority">(tf::losses::mean_squared_error{}),
+              tf::on_output<"department">(tf::losses::sparse_categorical_crossentropy{.from_logits = true}));
+  const auto weights = net.get_weights();
+  REQUIRE(!weights.empty());
+  CHECK(weights[0].shape == std::vector<std::int64_t>{1000, 16});
+  const auto train = data::from_values(tickets) | data::batch<16>;
+  const double before = net.evaluate(train).at("loss");
+  net.fit(train, {.epochs = 30, .verbose = 0});
+  CHECK(net.evaluate(train).at("loss") < 0.5 * before);
+}

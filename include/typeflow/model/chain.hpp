@@ -37,6 +37,7 @@
 
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/contract/layer.hpp"
+#include "typeflow/layers/input.hpp"
 
 namespace typeflow {
 
@@ -400,5 +401,12 @@ struct chain_binding_after : layer_defaults {
 
 template <class Context, class In, bool Recompute, class... Specs>
 using chain_binding = chain_binding_after<Context, In, Recompute, void, Specs...>;
+
+// What the first child of a block sees before it: the network's (or a graph
+// node's) input when the block comes right after one, so that an embedding
+// first inside a block reads token ids as it would outside (frozen<...>,
+// sequential<...> as a block); else nothing.
+template <class Context>
+using input_before_block = std::conditional_t<is_input_v<typename Context::previous>, typename Context::previous, void>;
 
 }  // namespace typeflow

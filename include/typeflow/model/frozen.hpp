@@ -48,8 +48,7 @@ struct frozen {
   // The first child sees the network's input before it when frozen<...>
   // comes first (an embedding checks that it reads token ids).
   template <class Context>
-  using first_previous =
-      std::conditional_t<is_input_v<typename Context::previous>, typename Context::previous, void>;
+  using first_previous = input_before_block<Context>;
 
   template <class In, class Context>
   struct bind : chain_binding_after<Context, In, false, first_previous<Context>, Layers...> {

@@ -257,7 +257,7 @@ template <class... Layers>
 struct nested_sequential {
   static std::string type_name() { return "sequential<" + detail::type_names<Layers...>() + ">"; }
   template <class In, class Context>
-  struct bind : chain_binding<Context, In, false, Layers...> {};
+  struct bind : chain_binding_after<Context, In, false, input_before_block<Context>, Layers...> {};
 };
 
 template <class First, class... Rest>
