@@ -288,3 +288,31 @@ TEST_CASE("lambda_callback's Keras hooks: on_train_batch_begin before each step,
                                           "test_begin", "test_end val_loss", "epoch_end 0 val_loss"});
   CHECK(iterations_at_begin == 2);
 }
+
+TEST_CASE("lambda_callback's test and predict hooks: evaluate, fit's validation and predict call them per batch") {
+  tf::model<net> m{4};
+  compile(m);
+  std::vector<std::string> calls;
+  double last_running_loss = -1;
+  tf::callbacks::lambda_callback trace({
+      .on_test_begin = [&] { calls.push_back("test_begin"); },
+      .on_test_end = [&](const tf::logs& l) { calls.push_back(std::string("test_end") + (l.get("loss") ? " loss" : "")); },
+      .on_test_batch_begin = [&](std::int64_t b) { calls.push_back("test " + std::to_string(b)); },
+      .on_test_batch_end = [&](std::int64_t, const tf::logs& l) { last_running_loss = *l.get("loss"); },
+      .on_predict_begin = [&] { calls.push_back("predict_begin"); },
+      .on_predict_end = [&] { calls.push_back("predict_end"); },
+      .on_predict_batch_begin = [&](std::int64_t b) { calls.push_back("predict " + std::to_string(b)); },
+      .on_predict_batch_end = [&](std::int64_t b) { calls.push_back("predicted " + std::to_string(b)); },
+  });
+  const auto result = m.evaluate(dataset(), {&trace});
+  CHECK(calls == std::vector<std::string>{"test_begin", "test 1", "test 2", "test 3", "test 4", "test_end loss"});
+  CHECK(last_running_loss == doctest::Approx(result.at("loss")));  // after the last batch: the whole mean
+  calls.clear();
+  m.predict(dataset(), {&trace});
+  CHECK(calls == std::vector<std::string>{"predict_begin", "predict 1", "predicted 1", "predict 2", "predicted 2",
+                                          "predict 3", "predicted 3", "predict 4", "predicted 4", "predict_end"});
+  calls.clear();
+  m.fit(dataset(), {.epochs = 1, .validation_data = dataset() | tf::data::take(2), .callbacks = {&trace}, .verbose = 0});
+  CHECK(calls == std::vector<std::string>{"test_begin", "test 1", "test 2", "test_end loss"});
+  CHECK(trace.model() == nullptr);  // outside fit, evaluate and predict, a callback has no model
+}

@@ -142,9 +142,18 @@ class callback {
   // running means over the epoch.
   virtual void on_batch_begin(std::int64_t /*step*/) {}
   virtual void on_batch_end(std::int64_t /*step*/, const logs&) {}
-  // Around fit's validation at an epoch's end (Keras's on_test_begin / on_test_end).
+  // Around evaluate, and fit's validation at an epoch's end (Keras's
+  // on_test_begin / on_test_end), and each of its batches (batch 1-based;
+  // logs hold the running means).
   virtual void on_test_begin() {}
   virtual void on_test_end(const logs&) {}
+  virtual void on_test_batch_begin(std::int64_t /*batch*/) {}
+  virtual void on_test_batch_end(std::int64_t /*batch*/, const logs&) {}
+  // Around predict, and each of its batches.
+  virtual void on_predict_begin() {}
+  virtual void on_predict_end() {}
+  virtual void on_predict_batch_begin(std::int64_t /*batch*/) {}
+  virtual void on_predict_batch_end(std::int64_t /*batch*/) {}
   // logs hold the epoch's means, and val_* entries when fit validated.
   virtual void on_epoch_end(const epoch_info&, const logs&) {}
   virtual void on_train_end(const logs&) {}

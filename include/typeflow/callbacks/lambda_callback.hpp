@@ -14,8 +14,9 @@
 
 namespace typeflow::callbacks {
 
-// Keras's hooks by their Keras names. fit calls on_test_begin and
-// on_test_end around its validation at an epoch's end.
+// Keras's hooks by their Keras names: fit's, evaluate's (and fit's
+// validation's) on_test_*, predict's on_predict_* (evaluate and predict take
+// callbacks as their second argument).
 struct lambda_callback_options {
   std::function<void(int epoch)> on_epoch_begin{};
   std::function<void(int epoch, const logs&)> on_epoch_end{};
@@ -25,6 +26,12 @@ struct lambda_callback_options {
   std::function<void(std::int64_t batch)> on_train_batch_begin{};
   std::function<void()> on_test_begin{};
   std::function<void(const logs&)> on_test_end{};
+  std::function<void(std::int64_t batch)> on_test_batch_begin{};
+  std::function<void(std::int64_t batch, const logs&)> on_test_batch_end{};
+  std::function<void()> on_predict_begin{};
+  std::function<void()> on_predict_end{};
+  std::function<void(std::int64_t batch)> on_predict_batch_begin{};
+  std::function<void(std::int64_t batch)> on_predict_batch_end{};
 };
 
 class lambda_callback : public callback {
@@ -44,6 +51,24 @@ class lambda_callback : public callback {
   }
   void on_test_end(const logs& l) override {
     if (f_.on_test_end) f_.on_test_end(l);
+  }
+  void on_test_batch_begin(std::int64_t batch) override {
+    if (f_.on_test_batch_begin) f_.on_test_batch_begin(batch);
+  }
+  void on_test_batch_end(std::int64_t batch, const logs& l) override {
+    if (f_.on_test_batch_end) f_.on_test_batch_end(batch, l);
+  }
+  void on_predict_begin() override {
+    if (f_.on_predict_begin) f_.on_predict_begin();
+  }
+  void on_predict_end() override {
+    if (f_.on_predict_end) f_.on_predict_end();
+  }
+  void on_predict_batch_begin(std::int64_t batch) override {
+    if (f_.on_predict_batch_begin) f_.on_predict_batch_begin(batch);
+  }
+  void on_predict_batch_end(std::int64_t batch) override {
+    if (f_.on_predict_batch_end) f_.on_predict_batch_end(batch);
   }
   void on_batch_end(std::int64_t step, const logs& l) override {
     if (f_.on_train_batch_end) f_.on_train_batch_end(step, l);

@@ -207,7 +207,9 @@ class engine<Net, Policy, Strategy, cpu> {
     const float* outputs(int r, int) const { return programs[r]->output(); }
     const label_type* labels(int r, int) const { return staged->labels.data() + r * labels_per_shard; }
     std::span<const float> gradients() const { return e.gradients(); }
-    void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
+    void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
+      e.evaluate(data, callbacks);
+    }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
@@ -218,18 +220,18 @@ class engine<Net, Policy, Strategy, cpu> {
 
   // The loss and metrics over every sample of `data`, in inference mode.
   template <class Data>
-  void evaluate(const Data& data) {
+  void evaluate(const Data& data, std::span<callback* const> callbacks = {}) {
     constexpr int N = Data::element_type::size;
     inference_pass<N> pass{*this, program_for<N>()};
     const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
-    evaluation_loop<Net>(training_, data, pass, penalty);
+    evaluation_loop<Net>(training_, data, pass, penalty, callbacks);
   }
 
   // The outputs for every sample of `data`, in inference mode.
   template <class Data>
-  std::vector<float> predict(const Data& data) {
+  std::vector<float> predict(const Data& data, std::span<callback* const> callbacks = {}) {
     constexpr int N = Data::element_type::size;
-    return predict_loop<Net>(data, inference_pass<N>{*this, program_for<N>()});
+    return predict_loop<Net>(data, inference_pass<N>{*this, program_for<N>()}, callbacks);
   }
 
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {

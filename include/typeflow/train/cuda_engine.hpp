@@ -254,7 +254,9 @@ class engine<Net, Policy, Strategy, cuda> {
       return e.replicas_[static_cast<std::size_t>(r)]->template labels_on_host<label_type>(parity);
     }
     std::span<const float> gradients() const { return e.gradients(); }
-    void validate(const data::any_dataset<Batch>& data) { e.evaluate(data); }
+    void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
+      e.evaluate(data, callbacks);
+    }
     float loss_scale() const { return e.loss_scale(); }
     std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
@@ -267,19 +269,19 @@ class engine<Net, Policy, Strategy, cuda> {
   // The loss and metrics over every sample of `data` (the last batch padded
   // and masked), in inference mode, on replica 0, without a graph.
   template <class Data>
-  void evaluate(const Data& data) {
+  void evaluate(const Data& data, std::span<callback* const> callbacks = {}) {
     double penalty = 0;
     if constexpr (has_regularizers) {  // from the host copy of the weights, as the CPU computes it
       download_weights();
       penalty = apply_regularizers<Net>(host_.data(), false);
     }
-    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(), penalty);
+    evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(), penalty, callbacks);
   }
 
   // The outputs for every sample of `data`, in inference mode, on replica 0.
   template <class Data>
-  std::vector<float> predict(const Data& data) {
-    return predict_loop<Net>(data, inference_pass<Data::element_type::size>());
+  std::vector<float> predict(const Data& data, std::span<callback* const> callbacks = {}) {
+    return predict_loop<Net>(data, inference_pass<Data::element_type::size>(), callbacks);
   }
 
   // model::generate on replica 0's device: the decoder's programs keeps its

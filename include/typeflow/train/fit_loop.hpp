@@ -50,7 +50,8 @@ inline std::string shortest(double value) {
 //   launch(parity)         starts step k (the CPU runs it whole; a GPU enqueues it);
 //   finish(parity)         waits for step k, then updates state's loss mean,
 //                          metrics and iterations;
-//   validate(data)         evaluates `data` into state's means (inference mode);
+//   validate(data, callbacks)  evaluates `data` into state's means (inference mode),
+//                          calling the callbacks' test batch hooks;
 //   loss_scale(), skipped_steps()   for mixed_float16's logs.
 // Batch k + 1 is read and staged between launch(k) and finish(k), so a GPU
 // computes while the pipeline produces. The input wait is the time next()
@@ -84,6 +85,12 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   bool terminated = false;
   std::int64_t trained_steps = 0;  // by this fit
   for (auto* c : callbacks) c->set_model(&access);
+  struct release_model {  // callback::model() is nullptr outside fit
+    std::vector<callback*>& callbacks;
+    ~release_model() {
+      for (auto* c : callbacks) c->set_model(nullptr);
+    }
+  } release{callbacks};
 
   typename training_state<Net>::fit_in_progress position{options.initial_epoch, 0, &result, options.callbacks, nullptr};
   state.running_fit = &position;
@@ -224,7 +231,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     epoch_logs = step_logs;
     if (options.validation_data) {
       for (auto* c : callbacks) c->on_test_begin();
-      steps.validate(validation);
+      steps.validate(validation, callbacks);
       state.fill_logs(epoch_logs, "val_");
       for (auto* c : callbacks) c->on_test_end(epoch_logs);
     }

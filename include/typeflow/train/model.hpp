@@ -247,31 +247,48 @@ class model {
   }
 
   // The loss and metrics over every sample of `data` (the last batch is
-  // padded and masked), in inference mode.
+  // padded and masked), in inference mode. callbacks: Keras's evaluate(...,
+  // callbacks=...): on_test_begin, each batch's on_test_batch_begin and
+  // on_test_batch_end, on_test_end.
   template <data::batched_dataset Dataset>
-  evaluation evaluate(const Dataset& data) {
+  evaluation evaluate(const Dataset& data, const std::vector<callback*>& callbacks = {}) {
     using batch_type = typename Dataset::element_type;
     training_.template check_labelled<batch_type>("evaluate");
     check_budget<batch_type::size>(0, "evaluate");
-    engine_.evaluate(data);
+    access access_for_callbacks{*this};
+    const lend_model lent{callbacks, &access_for_callbacks};
+    for (auto* c : callbacks) c->on_test_begin();
+    engine_.evaluate(data, callbacks);
     // No sample: no mean to report (it read as loss 0, a perfect model), as
     // Keras refuses empty input.
     if (!(training_.loss_mean.weight > 0))
       throw std::invalid_argument("evaluate: the dataset gave no samples, so there is no loss or metric to report");
+    if (!callbacks.empty()) {
+      logs results;
+      training_.fill_logs(results, "");
+      for (auto* c : callbacks) c->on_test_end(results);
+    }
     return training_.results();
   }
 
   // The model's outputs for every sample of `data`, (samples, output shape)
   // row-major; labels, if any, are ignored. A network with several outputs
   // gives each by its name (predictions below).
+  // callbacks: Keras's predict(..., callbacks=...): on_predict_begin, each
+  // batch's on_predict_batch_begin and on_predict_batch_end, on_predict_end.
   template <data::batched_dataset Dataset>
-  auto predict(const Dataset& data) {
+  auto predict(const Dataset& data, const std::vector<callback*>& callbacks = {}) {
     training_state<Net>::template check_batch_type<typename Dataset::element_type>();
     check_budget<Dataset::element_type::size>(0, "predict");
+    access access_for_callbacks{*this};
+    const lend_model lent{callbacks, &access_for_callbacks};
+    for (auto* c : callbacks) c->on_predict_begin();
+    std::vector<float> outputs = engine_.predict(data, callbacks);
+    for (auto* c : callbacks) c->on_predict_end();
     if constexpr (network_io<Net>::packed_outputs)
-      return unpack_outputs<Net>(engine_.predict(data));
+      return unpack_outputs<Net>(std::move(outputs));
     else
-      return engine_.predict(data);
+      return outputs;
   }
 
   // Continues `prompt` (token ids) by n tokens sampled from the model, and
@@ -588,6 +605,23 @@ class model {
     return std::vector<float>(held.begin(), held.end());
   }
   // What fit's callbacks may ask of this model (callbacks/callback.hpp).
+  // evaluate's and predict's callbacks see this model while it runs; then
+  // each gets back the model it had (a fit's, when called inside one).
+  struct lend_model {
+    std::vector<std::pair<callback*, model_access*>> before;
+    lend_model(const std::vector<callback*>& callbacks, model_access* m) {
+      for (auto* c : callbacks) {
+        before.emplace_back(c, c->model());
+        c->set_model(m);
+      }
+    }
+    lend_model(const lend_model&) = delete;
+    lend_model& operator=(const lend_model&) = delete;
+    ~lend_model() {
+      for (auto& [c, m] : before) c->set_model(m);
+    }
+  };
+
   struct access final : model_access {
     model& m;
     bool stop = false;

@@ -45,7 +45,7 @@
 //   outcome(parity) -> step_outcome    waits for the step
 //   outputs(r, parity), labels(r, parity)   replica r's, for the metrics
 //   gradients()                        the mean gradient, for the NaN policy's error
-//   validate(data), loss_scale(), skipped_steps()
+//   validate(data, callbacks), loss_scale(), skipped_steps()
 #pragma once
 
 #include <array>
@@ -53,6 +53,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
@@ -160,7 +161,9 @@ class training_steps {
     return loss;
   }
 
-  void validate(const data::any_dataset<batch_type>& data) { ops_.validate(data); }
+  void validate(const data::any_dataset<batch_type>& data, std::span<callback* const> callbacks) {
+    ops_.validate(data, callbacks);
+  }
   float loss_scale() const { return ops_.loss_scale(); }
   std::int64_t skipped_steps() const { return ops_.skipped_steps(); }
 
