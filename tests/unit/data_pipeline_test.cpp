@@ -679,6 +679,29 @@ TEST_CASE("cache(path) of batches round-trips features, labels and valid") {
   CHECK(replay[2].valid == 2);
 }
 
+TEST_CASE("cache(path) of weighted batches round-trips the sample weights; unbatch refuses them") {
+  temp_dir dir;
+  std::vector<float> features(10), weights;
+  std::vector<std::int32_t> labels(10);
+  for (int i = 0; i < 10; ++i) {
+    features[static_cast<std::size_t>(i)] = static_cast<float>(i);
+    weights.push_back(0.5f * static_cast<float>(i));
+  }
+  auto weighted = data::from_tensor_slices<shape<1>>(features, labels, weights) | data::batch<4>;
+  auto cached = weighted | data::cache(dir.path / "weighted.cache");
+  const auto first = collect(cached, 0);
+  const auto replay = collect(cached, 1);
+  REQUIRE(replay.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(replay[i].sample_weights == first[i].sample_weights);
+  CHECK(replay[2].sample_weights == std::vector<float>{4.f, 4.5f, 0.f, 0.f});
+  // Unweighted batches stay unweighted through a cache file.
+  auto plain = data::from_tensor_slices<shape<1>>(features, labels) | data::batch<4> | data::cache(dir.path / "plain.cache");
+  (void)collect(plain, 0);
+  for (const auto& b : collect(plain, 1)) CHECK(b.sample_weights.empty());
+  CHECK_THROWS_WITH_AS(collect(weighted | data::unbatch, 0), doctest::Contains("unbatch: these batches carry sample weights"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("a truncated cache file is an error naming the file and the offset where its data ends") {
   temp_dir dir;
   const auto path = dir.path / "cut.cache";

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
@@ -365,6 +367,121 @@ TEST_CASE("fit's class_weight weighs each row's loss and gradient by its class, 
   CHECK_THROWS_WITH_AS(model.fit(one_batch, {.verbose = 0, .class_weight = {{4, 1.f}}}),
                        doctest::Contains("class_weight names class 4, but the output has classes 0..3"),
                        std::invalid_argument);
+}
+
+TEST_CASE("sample weights weigh each row's loss and gradient in fit, and the loss in evaluate, as Keras's") {
+  toy_data toy(20);  // batches of 16 and 4
+  std::vector<float> weights;
+  for (int i = 0; i < 20; ++i) weights.push_back(0.25f * static_cast<float>(i % 5));
+  const auto weighted = [&](int n) {
+    return tf::data::from_tensor_slices<tf::shape<8>>(std::vector<float>(toy.features.begin(), toy.features.begin() + n * 8),
+                                                      std::vector<std::int32_t>(toy.labels.begin(), toy.labels.begin() + n),
+                                                      std::vector<float>(weights.begin(), weights.begin() + n)) |
+           tf::data::batch<16>;
+  };
+  tf::model<toy_net> model{9};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  // Keras's sum_over_batch_size: sum of w * loss over the rows, over their count.
+  // z: the logits of samples first .. first + n - 1.
+  const auto expected = [&](const std::vector<float>& z, int first, int n, std::vector<double>* bias_gradient) {
+    double loss = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto row = static_cast<std::size_t>(i * 4);
+      const int y = toy.labels[static_cast<std::size_t>(first + i)];
+      const double w = weights[static_cast<std::size_t>(first + i)];
+      double sum = 0;
+      for (int j = 0; j < 4; ++j) sum += std::exp(static_cast<double>(z[row + static_cast<std::size_t>(j)]));
+      loss += w * (std::log(sum) - z[row + static_cast<std::size_t>(y)]) / n;
+      if (bias_gradient)
+        for (int j = 0; j < 4; ++j)
+          (*bias_gradient)[static_cast<std::size_t>(j)] +=
+              w * (std::exp(static_cast<double>(z[row + static_cast<std::size_t>(j)])) / sum - (j == y)) / n;
+    }
+    return loss;
+  };
+  const auto one_batch = weighted(16);
+  const auto z = model.predict(one_batch);
+  std::vector<double> bias_gradient(4, 0.0);
+  const double loss = expected(z, 0, 16, &bias_gradient);
+  CHECK(model.evaluate(one_batch).at("loss") == doctest::Approx(loss).epsilon(1e-5));
+  const auto history = model.fit(one_batch, {.verbose = 0});
+  CHECK(history.values.at("loss")[0] == doctest::Approx(loss).epsilon(1e-5));
+  const auto g = model.gradient("layers.3.bias");
+  for (int j = 0; j < 4; ++j)
+    CHECK(g[static_cast<std::size_t>(j)] == doctest::Approx(bias_gradient[static_cast<std::size_t>(j)]).epsilon(1e-5));
+
+  // The last partial batch (4 rows) is weighted too: the padding weighs 0 and
+  // the mean is over the 4 rows present. Accuracy is not weighted.
+  const auto both = weighted(20);
+  const auto z_all = model.predict(both);
+  const auto tail = std::vector<float>(z_all.begin() + 16 * 4, z_all.end());
+  std::vector<double> tail_gradient(4, 0.0);
+  expected(tail, 16, 4, &tail_gradient);
+  model.train_on_batch([&] {
+    tf::data::batch_of<16, tf::data::tensor_value<float, tf::shape<8>>, tf::data::tensor_value<std::int32_t, tf::shape<>>> b;
+    auto cursor = both.open(0);
+    cursor.next(b);
+    cursor.next(b);
+    CHECK(b.valid == 4);
+    CHECK(b.sample_weights == std::vector<float>{weights[16], weights[17], weights[18], weights[19], 0, 0, 0, 0, 0, 0, 0, 0,
+                                                 0, 0, 0, 0});
+    return b;
+  }());
+  const auto tail_g = model.gradient("layers.3.bias");
+  CHECK_THROWS_WITH_AS(model.train_on_batch(tf::data::batch_of<16, tf::data::tensor_value<float, tf::shape<8>>,
+                                                               tf::data::tensor_value<std::int32_t, tf::shape<>>>{}),
+                       doctest::Contains("the batch holds 0 of 16 samples; a step needs at least one"),
+                       std::invalid_argument);
+  for (int j = 0; j < 4; ++j)
+    CHECK(tail_g[static_cast<std::size_t>(j)] == doctest::Approx(tail_gradient[static_cast<std::size_t>(j)]).epsilon(1e-5));
+
+  // Weights of 1 change nothing, bit for bit; the accuracy metric ignores weights.
+  tf::model<toy_net> plain{3}, ones{3};
+  for (auto* m : {&plain, &ones})
+    m->compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+               tf::metrics::accuracy{});
+  const auto plain_history = plain.fit(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) |
+                                           tf::data::batch<16>,
+                                       {.epochs = 2, .verbose = 0});
+  const auto ones_history =
+      ones.fit(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels, std::vector<float>(20, 1.f)) |
+                   tf::data::batch<16>,
+               {.epochs = 2, .verbose = 0});
+  CHECK(plain_history["loss"] == ones_history["loss"]);
+  CHECK(plain_history["accuracy"] == ones_history["accuracy"]);
+  CHECK(plain.get_weights()[0].values == ones.get_weights()[0].values);
+
+  // Under mirrored<2> each replica weighs its own rows: the same weights after an epoch.
+  tf::model<toy_net> single{6};
+  tf::model<toy_net, tf::float32, tf::mirrored<2>> pair{6};
+  single.compile(tf::optimizers::sgd{.learning_rate = 0.5}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  pair.compile(tf::optimizers::sgd{.learning_rate = 0.5}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  CHECK(pair.fit(both, {.verbose = 0})["loss"][0] == doctest::Approx(single.fit(both, {.verbose = 0})["loss"][0]).epsilon(1e-5));
+  for (std::size_t t = 0; t < 4; ++t)
+    for (std::size_t i = 0; i < single.get_weights()[t].values.size(); ++i)
+      CHECK(single.get_weights()[t].values[i] == doctest::Approx(pair.get_weights()[t].values[i]).epsilon(1e-4).scale(1.0));
+
+  // Refused: a bad weight, a weight count that differs, and class_weight beside sample weights.
+  CHECK_THROWS_WITH_AS(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels, std::vector<float>(20, -1.f)),
+                       doctest::Contains("sample_weight[0] is -1.000000; a weight must be finite and not negative"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels, std::vector<float>(19, 1.f)),
+                       doctest::Contains("the features hold 20 samples but sample_weight holds 19 weights"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(model.fit(both, {.verbose = 0, .class_weight = {{0, 2.f}}}),
+                       doctest::Contains("class_weight and sample weights together"), std::invalid_argument);
+  // A weighted_example from map weighs as from_tensor_slices's does.
+  auto mapped = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) |
+                tf::data::map([](const auto& e) {
+                  return tf::data::weighted_example<std::decay_t<decltype(e.features)>, std::decay_t<decltype(e.label)>>{
+                      e.features, e.label, e.label[0] == 1 ? 3.f : 1.f};
+                }) |
+                tf::data::batch<16>;
+  tf::data::batch_of<16, tf::data::tensor_value<float, tf::shape<8>>, tf::data::tensor_value<std::int32_t, tf::shape<>>> b;
+  auto cursor = mapped.open(0);
+  REQUIRE(cursor.next(b));
+  for (int r = 0; r < 16; ++r) CHECK(b.sample_weights[static_cast<std::size_t>(r)] == (toy.labels[static_cast<std::size_t>(r)] == 1 ? 3.f : 1.f));
 }
 
 TEST_CASE("save_weights and load_weights round-trip every parameter by its Keras-like name") {

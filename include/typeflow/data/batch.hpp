@@ -6,6 +6,7 @@
 //   source | batch<N, remainder::drop>    the same type; a last partial batch is dropped
 //                                         (drop_remainder=True), cardinality floor(n / N)
 //
+// Batches of weighted_example carry their weights in batch_of::sample_weights.
 // The batch size is part of the type, so the model can check it at compile
 // time. The cursor fills the caller's batch in place: a consumer creates one
 // batch_of (its only allocation) and refills it every step. With the default
@@ -37,6 +38,7 @@ class batch_dataset {
   using features_type = typename source_element::features_type;
   using label_type = typename source_element::label_type;
   using element_type = batch_of<N, features_type, label_type>;
+  static constexpr bool weighted = is_weighted_example_v<source_element>;
 
   explicit batch_dataset(Source source) : source_(std::move(source)) {}
 
@@ -61,6 +63,8 @@ class batch_dataset {
       // A batch_of made by the consumer already has this size; resize only a foreign one.
       if (out.features.size() != rows * feature_values) out.features.resize(rows * feature_values);
       if (out.labels.size() != rows * label_values) out.labels.resize(rows * label_values);
+      if constexpr (weighted) out.sample_weights.resize(rows);
+      else out.sample_weights.clear();
 
       std::size_t filled = 0;
       while (filled < rows && !source_exhausted_) {
@@ -70,6 +74,7 @@ class batch_dataset {
         }
         detail::put_row(example_.features, out.features.data() + filled * feature_values);
         detail::put_row(example_.label, out.labels.data() + filled * label_values);
+        if constexpr (weighted) out.sample_weights[filled] = example_.weight;
         ++filled;
       }
       out.valid = static_cast<int>(filled);
@@ -83,6 +88,8 @@ class batch_dataset {
                 typename element_type::feature_value{});
       std::fill(out.labels.begin() + static_cast<std::ptrdiff_t>(filled * label_values), out.labels.end(),
                 typename element_type::label_value{});
+      if constexpr (weighted)
+        std::fill(out.sample_weights.begin() + static_cast<std::ptrdiff_t>(filled), out.sample_weights.end(), 0.f);
       return true;
     }
 
@@ -113,7 +120,7 @@ struct batch_adaptor {
       return source;  // already refused above
     } else if constexpr (!is_example_v<typename Source::element_type>) {
       static_assert(dependent_false<Source>,
-                    "batch<N>: this stage's elements are not examples (example<features, label>); "
+                    "batch<N>: this stage's elements are not examples (example<features, label> or weighted_example); "
                     "batch a dataset of examples, e.g. map to one first");
       return source;
     } else {

@@ -87,13 +87,21 @@ struct cache_record<batch_of<N, F, L>> {
   static constexpr bool supported =
       std::is_trivially_copyable_v<feature_value> && std::is_trivially_copyable_v<label_value>;
   static constexpr std::size_t bytes =
-      feature_count * sizeof(feature_value) + label_count * sizeof(label_value) + sizeof(std::int32_t);
+      feature_count * sizeof(feature_value) + label_count * sizeof(label_value) + 2 * sizeof(std::int32_t) +
+      static_cast<std::size_t>(N) * sizeof(float);  // valid, weighted, then the sample weights (zeros if none)
 
   static bool write(std::FILE* file, const batch& element) {
     const auto valid = static_cast<std::int32_t>(element.valid);
     return std::fwrite(element.features.data(), sizeof(feature_value), feature_count, file) == feature_count &&
            std::fwrite(element.labels.data(), sizeof(label_value), label_count, file) == label_count &&
-           std::fwrite(&valid, sizeof valid, 1, file) == 1;
+           std::fwrite(&valid, sizeof valid, 1, file) == 1 && write_weights(file, element.sample_weights);
+  }
+  static bool write_weights(std::FILE* file, const std::vector<float>& weights) {
+    const std::int32_t weighted = weights.empty() ? 0 : 1;
+    if (std::fwrite(&weighted, sizeof weighted, 1, file) != 1) return false;
+    if (weighted) return std::fwrite(weights.data(), sizeof(float), N, file) == static_cast<std::size_t>(N);
+    const float zeros[N] = {};
+    return std::fwrite(zeros, sizeof(float), N, file) == static_cast<std::size_t>(N);
   }
   static bool read(std::FILE* file, batch& element) {
     if (element.features.size() != feature_count) element.features.resize(feature_count);
@@ -103,7 +111,12 @@ struct cache_record<batch_of<N, F, L>> {
                        std::fread(element.labels.data(), sizeof(label_value), label_count, file) == label_count &&
                        std::fread(&valid, sizeof valid, 1, file) == 1;
     element.valid = valid;
-    return whole;
+    std::int32_t weighted = 0;
+    element.sample_weights.resize(N);
+    const bool weights = std::fread(&weighted, sizeof weighted, 1, file) == 1 &&
+                         std::fread(element.sample_weights.data(), sizeof(float), N, file) == static_cast<std::size_t>(N);
+    if (!weighted) element.sample_weights.clear();
+    return whole && weights;
   }
 };
 

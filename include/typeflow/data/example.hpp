@@ -43,8 +43,25 @@ struct example {
   Label label;
 };
 
+// An example with Keras's sample weight: its row's loss counts `weight`
+// times (fit and evaluate; the metrics are not weighted, as Keras's
+// `metrics=` are not). batch<N> packs the weights into batch_of::sample_weights.
+template <class Features, class Label>
+struct weighted_example {
+  using features_type = Features;
+  using label_type = Label;
+  Features features;
+  Label label;
+  float weight = 1.f;
+};
+
 template <class T>
-inline constexpr bool is_example_v = false;
+inline constexpr bool is_weighted_example_v = false;
+template <class F, class L>
+inline constexpr bool is_weighted_example_v<weighted_example<F, L>> = true;
+
+template <class T>
+inline constexpr bool is_example_v = is_weighted_example_v<T>;
 template <class F, class L>
 inline constexpr bool is_example_v<example<F, L>> = true;
 
@@ -52,7 +69,8 @@ inline constexpr bool is_example_v<example<F, L>> = true;
 // Rows at index >= valid are padding (zero-filled) after the last real sample,
 // so that evaluate and predict can count every sample; training skips a batch
 // with valid < N. The mask of a padded batch is rows [0, valid): is_padding(row)
-// says which side of it a row is on.
+// says which side of it a row is on. sample_weights: empty, or (N) when the
+// examples were weighted_example (padding rows weigh 0).
 template <int N, class Features, class Label>
 struct batch_of {
   static_assert(N > 0, "batch<N>: the batch size N must be positive");
@@ -65,6 +83,7 @@ struct batch_of {
   std::vector<feature_value> features = std::vector<feature_value>(N * Features::size);
   std::vector<label_value> labels = std::vector<label_value>(N * Label::size);
   int valid = 0;
+  std::vector<float> sample_weights{};  // empty: every row weighs 1
 
   constexpr bool is_padding(int row) const noexcept { return row >= valid; }
 };

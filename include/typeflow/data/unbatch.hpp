@@ -4,6 +4,7 @@
 //
 //   source | unbatch        element_type = example<Features, Label> of the batches;
 //                           each batch's valid rows in order (padding left out);
+//                           batches with sample weights are refused;
 //                           cardinality unknown (infinite for an infinite source)
 //   any_batches<Batch>(ds)  ds as is when its batches are Batch, else
 //                           ds | unbatch | batch<Batch::size>: the same samples
@@ -15,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -45,6 +47,10 @@ class unbatch_dataset {
     bool next(element_type& out) {
       while (row_ >= batch_.valid) {
         if (!source_.next(batch_)) return false;
+        if (!batch_.sample_weights.empty())
+          throw std::invalid_argument(
+              "unbatch: these batches carry sample weights, which its examples cannot hold; batch weighted data "
+              "at the size it is used at (fit's validation_data: the training batch size)");
         row_ = 0;
       }
       const std::size_t r = static_cast<std::size_t>(row_++);

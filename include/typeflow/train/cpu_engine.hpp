@@ -30,7 +30,7 @@
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
-#include "typeflow/train/class_weight.hpp"
+#include "typeflow/train/row_weights.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
 #include "typeflow/train/inference_loop.hpp"
@@ -140,7 +140,9 @@ class engine<Net, Policy, Strategy, cpu> {
       // mirrored<N> its gradient weighed by its share of the batch's samples.
       void loss() {
         const int valid = ops.staged->valid, own = replica_valid(valid, r, shard);
-        ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), own, true);
+        const auto& weights = ops.staged->sample_weights;
+        ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), own, true,
+                                           weights.empty() ? nullptr : weights.data() + r * shard);
         if (replica_count > 1 && valid < Batch::size && own > 0) {
           const float weight = static_cast<float>(replica_count * own) / static_cast<float>(valid);
           float* gradient = program.output_gradient();
@@ -457,9 +459,11 @@ class engine<Net, Policy, Strategy, cpu> {
 
   // The mean loss over the program's first `valid` samples; writes
   // d(loss)/d(output). labels: the program's batch of labels; training: a
-  // step's loss, which fit's class_weight weighs.
+  // step's loss, which fit's class_weight weighs; sample_weights: the
+  // program's samples' weights, or nullptr (train/row_weights.hpp).
   template <class Program, class Label>
-  double compute_loss(Program& program, const Label* labels, int valid, bool training) {
+  double compute_loss(Program& program, const Label* labels, int valid, bool training,
+                      const float* sample_weights = nullptr) {
     const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(Program::batch_size * rows_per_sample);
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(valid * rows_per_sample);
     float* row_loss = program.row_losses();
@@ -467,8 +471,10 @@ class engine<Net, Policy, Strategy, cpu> {
       training_.loss->sparse(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
     else
       training_.loss->dense(program.output(), labels, rows, classes, valid_rows, program.output_gradient(), row_loss);
-    if (training && !training_.class_weights.empty())  // fit's class_weight (train/class_weight.hpp)
+    if (training && !training_.class_weights.empty())  // fit's class_weight (train/row_weights.hpp)
       weight_rows_by_class(training_.class_weights, labels, valid_rows, classes, row_loss, program.output_gradient());
+    if (sample_weights)
+      weight_rows_by_sample(sample_weights, valid_rows, rows_per_sample, classes, row_loss, program.output_gradient());
     double sum = 0;
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r) sum += row_loss[r];
     return valid_rows > 0 ? sum / static_cast<double>(valid_rows) : 0.0;
@@ -503,7 +509,8 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     template <class Batch>
     double loss(const Batch& batch) {
-      return e.compute_loss(program, batch.labels.data(), batch.valid, false);
+      return e.compute_loss(program, batch.labels.data(), batch.valid, false,
+                            batch.sample_weights.empty() ? nullptr : batch.sample_weights.data());
     }
     const float* outputs() const { return program.output(); }
   };

@@ -192,7 +192,11 @@ class engine<Net, Policy, Strategy, cuda> {
 
     engine& e;
 
-    void check(const Batch& batch) const { check_token_ids_of<Net>(batch); }  // the CPU layer's message, on the host
+    void check(const Batch& batch) const {
+      check_token_ids_of<Net>(batch);  // the CPU layer's message, on the host
+      if (!batch.sample_weights.empty())
+        throw std::invalid_argument("fit: sample weights are not on tf::cuda's training step yet (evaluate takes them)");
+    }
     void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
     void begin(int parity) {
       ++e.steps_;

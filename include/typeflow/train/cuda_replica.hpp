@@ -290,7 +290,10 @@ struct cuda_inference_pass {
                                         cudaMemcpyDeviceToHost, s));
     r.compute.synchronize();
     double sum = 0;
-    for (int i = 0; i < valid_rows; ++i) sum += r.results()[i];
+    const float* weights = batch.sample_weights.empty() ? nullptr : batch.sample_weights.data();
+    for (int i = 0; i < valid_rows; ++i)
+      sum += static_cast<double>(r.results()[i]) *
+             (weights ? weights[static_cast<std::size_t>(i) / cuda_replica<Net>::rows_per_sample] : 1.0f);
     return valid_rows > 0 ? sum / valid_rows : 0.0;
   }
   const float* outputs() const { return r.results() + rows; }

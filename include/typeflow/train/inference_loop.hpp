@@ -24,6 +24,7 @@
 
 #include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/label_check.hpp"
+#include "typeflow/train/row_weights.hpp"
 #include "typeflow/train/training_state.hpp"
 
 namespace typeflow {
@@ -63,6 +64,7 @@ void evaluation_loop(training_state<Net>& training, const Data& data, Pass&& pas
     for (auto* c : callbacks) c->on_test_batch_begin(step);
     const std::ptrdiff_t valid_rows = static_cast<std::ptrdiff_t>(batch.valid * rows_per_sample);
     check_labels<training_state<Net>::classes>(batch.labels.data(), valid_rows);
+    check_sample_weights(batch, false, "evaluate");
     pass.forward(batch);
     training.loss_mean.update(pass.loss(batch) + penalty, batch.valid);
     training.regularization_mean.update(penalty, batch.valid);

@@ -55,7 +55,7 @@
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
-#include "typeflow/train/class_weight.hpp"
+#include "typeflow/train/row_weights.hpp"
 #include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
@@ -210,17 +210,17 @@ class model {
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), access_for_callbacks);
   }
 
-  // One optimisation step on one full batch, as Keras's train_on_batch:
-  // returns the batch's mean loss. Metrics accumulate until the next fit,
+  // One optimisation step on one batch, as Keras's train_on_batch (a
+  // partial one where fit trains it): returns the batch's mean loss. Metrics accumulate until the next fit,
   // evaluate or reset.
   template <int N, class Features, class Label>
   double train_on_batch(const data::batch_of<N, Features, Label>& batch) {
     using batch_type = data::batch_of<N, Features, Label>;
     training_.template check_labelled<batch_type>("train_on_batch");
-    training_state<Net>::check_full(batch);
     check_batch_size<N>("train_on_batch");
     check_budget<N>(training_.slots, "train_on_batch");
     auto steps = engine_.template steps<batch_type>();
+    training_state<Net>::check_trainable(batch, decltype(steps)::partial_batches);
     try {
       steps.stage(batch, 0);
       steps.launch(0);

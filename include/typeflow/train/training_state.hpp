@@ -61,7 +61,7 @@ struct fit_options {
   // Keras's: at most this many batches of validation_data are evaluated; -1: all.
   std::int64_t validation_steps = -1;
   // Keras's: class id -> the weight of its rows' loss while training (a
-  // class not named weighs 1); train/class_weight.hpp. CPU only so far.
+  // class not named weighs 1); train/row_weights.hpp. CPU only so far.
   std::map<int, float> class_weight{};
 };
 
@@ -346,12 +346,16 @@ class training_state {
     check_label_form<Batch>(where);
   }
 
-  // train_on_batch's steps take full batches.
+  // A batch train_on_batch can step on: full, or (where partial batches
+  // train, train/training_step.hpp) at least one sample.
   template <class Batch>
-  static void check_full(const Batch& batch) {
-    if (batch.valid != Batch::size)
-      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
-                                  std::to_string(Batch::size) + " samples; training steps take full batches");
+  static void check_trainable(const Batch& batch, bool partial_batches) {
+    if (batch.valid == Batch::size || (partial_batches && batch.valid > 0)) return;
+    throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
+                                std::to_string(Batch::size) + " samples; " +
+                                (partial_batches ? "a step needs at least one"
+                                                 : "this model's training steps take full batches (batch statistics, "
+                                                   "or tf::cuda)"));
   }
 
   // Steps per epoch: cardinality counts a last partial batch, which fit drops.
@@ -462,7 +466,7 @@ class training_state {
   std::vector<std::unique_ptr<detail::metric_base>> metrics;
   int slots = 0;                    // the optimizer's state slots, each the parameter region's size
   std::int64_t iterations = 0;      // updates applied (a skipped or accumulating step does not count)
-  std::vector<float> class_weights;  // during a fit given class_weight: each class's (train/class_weight.hpp)
+  std::vector<float> class_weights;  // during a fit given class_weight: each class's (train/row_weights.hpp)
   std::uint64_t epoch_counter = 0;  // epochs begun, the pipeline's shuffle key
   metrics::mean loss_mean;
   metrics::mean regularization_mean;  // the part of the loss the regularizers add

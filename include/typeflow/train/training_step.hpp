@@ -61,6 +61,7 @@
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/train/label_check.hpp"
 #include "typeflow/train/non_finite.hpp"
+#include "typeflow/train/row_weights.hpp"
 #include "typeflow/train/training_state.hpp"
 
 namespace typeflow {
@@ -111,6 +112,7 @@ class training_steps {
     refused = nullptr;
     try {
       check_labels<classes>(batch.labels.data(), static_cast<std::ptrdiff_t>(batch_type::size * rows_per_sample));
+      check_sample_weights(batch, !training_.class_weights.empty(), "fit");
       ops_.check(batch);
     } catch (const std::logic_error&) {  // invalid_argument, out_of_range
       refused = std::current_exception();
