@@ -631,3 +631,33 @@ TEST_CASE("unbatch gives each batch's valid rows in order, and any_batches batch
   CHECK(labels == all);
   CHECK((counting(10) | data::batch<4> | data::unbatch).cardinality() == data::unknown_cardinality);
 }
+
+TEST_CASE("rebatch batches again at another size keeping sample weights, and takes a window of rows") {
+  std::vector<float> features(10), weights(10);
+  std::vector<std::int32_t> labels(10);
+  std::iota(labels.begin(), labels.end(), 0);
+  for (int i = 0; i < 10; ++i) weights[static_cast<std::size_t>(i)] = 0.5f + static_cast<float>(i);
+  auto weighted = data::from_tensor_slices<shape<1>>(features, labels, weights) | data::batch<4>;
+  using three = data::batch_of<3, data::tensor_value<float, shape<1>>, data::tensor_value<std::int32_t, shape<>>>;
+  const data::any_batches<three> rebatched = weighted;  // fit's validation data at another size
+  std::vector<float> seen;
+  std::vector<int> valid;
+  for (const auto& b : rebatched) {
+    REQUIRE(b.sample_weights.size() == 3);
+    seen.insert(seen.end(), b.sample_weights.begin(), b.sample_weights.begin() + b.valid);
+    valid.push_back(b.valid);
+    for (int r = b.valid; r < 3; ++r) CHECK(b.sample_weights[static_cast<std::size_t>(r)] == 0.f);
+  }
+  CHECK(seen == weights);
+  CHECK(valid == std::vector<int>{3, 3, 3, 1});
+  // Samples 3 .. 8 of each pass, batched at 4: cardinality known.
+  const auto window = data::rebatch<4>(data::from_tensor_slices<shape<1>>(features, labels) | data::batch<3>, 3, 9);
+  CHECK(window.cardinality() == 2);
+  CHECK(window.full_batches() == 1);
+  std::vector<std::int32_t> taken;
+  for (const auto& b : window) {
+    CHECK(b.sample_weights.empty());
+    taken.insert(taken.end(), b.labels.begin(), b.labels.begin() + b.valid);
+  }
+  CHECK(taken == std::vector<std::int32_t>{3, 4, 5, 6, 7, 8});
+}

@@ -120,6 +120,8 @@ TEST_CASE("compile with a loss per output: the loss is their weighted sum, logge
   const tf::predictions out = net.predict(dataset(40));
   REQUIRE(out.at("class").size() == 40 * 5);
   REQUIRE(out.at("value").size() == 40 * 2);
+  CHECK(out.at("class").shape() == std::vector<std::int64_t>{40, 5});
+  CHECK(out.at("value").shape() == std::vector<std::int64_t>{40, 2});
   const auto all = samples(40);
   double squared = 0, cross_entropy = 0, hits = 0;
   for (std::size_t i = 0; i < 40; ++i) {

@@ -194,8 +194,16 @@ TEST_CASE("evaluate counts every sample, padding the last batch, and matches pre
   tf::model<toy_net> model{2};
   model.compile(tf::optimizers::sgd{}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
                 tf::metrics::accuracy{});
-  const auto outputs = model.predict(data);
+  const tf::host_tensor outputs = model.predict(data);
   REQUIRE(outputs.size() == 50 * 4);
+  // predict's tensor has Keras's shape (samples, outputs) and reads by index.
+  CHECK(outputs.shape() == std::vector<std::int64_t>{50, 4});
+  CHECK(outputs.shape_string() == "(50, 4)");
+  CHECK(outputs(49, 3) == outputs[49 * 4 + 3]);
+  CHECK_THROWS_WITH_AS(outputs(50, 0), doctest::Contains("index 50 on axis 0 of shape (50, 4)"), std::out_of_range);
+  CHECK_THROWS_WITH_AS(outputs(1), doctest::Contains("1 indices for a tensor of shape (50, 4)"), std::out_of_range);
+  const std::vector<float> flat = outputs;  // still the flat values
+  CHECK(flat.size() == 200);
   double loss = 0;
   int hits = 0;
   for (int i = 0; i < 50; ++i) {
@@ -330,6 +338,47 @@ TEST_CASE("fit's steps_per_epoch, validation_steps and validation data batched a
   CHECK(val_loss[0] == doctest::Approx(evaluated[0]).epsilon(1e-6));
   CHECK_THROWS_WITH_AS(model.fit(train, {.verbose = 0, .steps_per_epoch = 0}),
                        doctest::Contains("steps_per_epoch must be positive"), std::invalid_argument);
+}
+
+TEST_CASE("fit's validation_split holds out the last samples, as Keras's, and refuses data whose order changes") {
+  toy_data toy(100);  // split 0.2: samples 0..79 train (5 batches of 16), 80..99 validate
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  tf::model<toy_net> model{5};
+  model.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  const auto tail = tf::data::from_tensor_slices<tf::shape<8>>(std::vector<float>(toy.features.begin() + 80 * 8, toy.features.end()),
+                                                               std::vector<std::int32_t>(toy.labels.begin() + 80, toy.labels.end())) |
+                    tf::data::batch<16>;
+  const auto history = model.fit(data, {.epochs = 2, .verbose = 0, .validation_split = 0.2});
+  CHECK(model.iterations() == 10);
+  const auto held_out = model.evaluate(tail);
+  CHECK(history["val_loss"][1] == doctest::Approx(held_out.at("loss")).epsilon(1e-6));
+  CHECK(history["val_accuracy"][1] == doctest::Approx(held_out.at("accuracy")));
+  // Trained on samples 0..79 only: the same as a fit on them alone.
+  tf::model<toy_net> head{5};
+  head.compile(tf::optimizers::sgd{.learning_rate = 0.1}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+               tf::metrics::accuracy{});
+  head.fit(tf::data::from_tensor_slices<tf::shape<8>>(std::vector<float>(toy.features.begin(), toy.features.begin() + 80 * 8),
+                                                      std::vector<std::int32_t>(toy.labels.begin(), toy.labels.begin() + 80)) |
+               tf::data::batch<16>,
+           {.epochs = 2, .verbose = 0});
+  CHECK(head.get_weights()[0].values == model.get_weights()[0].values);
+  // validation_data overrides it, as in Keras: all 7 batches train.
+  model.fit(data, {.validation_data = tail, .verbose = 0, .validation_split = 0.2});
+  CHECK(model.iterations() == 17);
+  // Refused: a shuffled dataset (epochs differ), an endless one, a fraction outside (0, 1), nothing left to validate.
+  auto shuffled = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::shuffle(100, 3) |
+                  tf::data::batch<16>;
+  CHECK_THROWS_WITH_AS(model.fit(shuffled, {.verbose = 0, .validation_split = 0.2}),
+                       doctest::Contains("its epochs 0 and 1 differ"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(model.fit(data | tf::data::repeat(), {.verbose = 0, .steps_per_epoch = 2, .validation_split = 0.2}),
+                       doctest::Contains("validation_split needs a finite dataset"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(model.fit(data, {.verbose = 0, .validation_split = 1.0}),
+                       doctest::Contains("validation_split is 1.000000; it must lie strictly between 0 and 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(model.fit(data, {.verbose = 0, .validation_split = 0.001}),
+                       doctest::Contains("leaves none to validate on"), std::invalid_argument);
+  CHECK(model.iterations() == 17);
 }
 
 TEST_CASE("fit's class_weight weighs each row's loss and gradient by its class, as Keras's") {

@@ -40,6 +40,7 @@
 #include "typeflow/data/filter.hpp"
 #include "typeflow/data/shuffle.hpp"
 #include "typeflow/data/batch.hpp"
+#include "typeflow/data/rebatch.hpp"
 #include "typeflow/data/unbatch.hpp"
 #include "typeflow/data/repeat.hpp"
 #include "typeflow/data/take.hpp"

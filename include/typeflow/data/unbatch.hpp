@@ -1,31 +1,20 @@
 // unbatch: a batched dataset's samples one by one, like tf.data's
-// Dataset.unbatch; and any_batches<Batch>, any dataset of Batch's examples
-// at Batch's size.
+// Dataset.unbatch.
 //
 //   source | unbatch        element_type = example<Features, Label> of the batches;
 //                           each batch's valid rows in order (padding left out);
 //                           batches with sample weights are refused;
 //                           cardinality unknown (infinite for an infinite source)
-//   any_batches<Batch>(ds)  ds as is when its batches are Batch, else
-//                           ds | unbatch | batch<Batch::size>: the same samples
-//                           in the same order, batched again (fit's validation
-//                           data may be batched differently from its training data);
-//                           first(n): the first n batches as given, batched again
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 
-#include "typeflow/data/any_dataset.hpp"
-#include "typeflow/data/batch.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/data/pipe.hpp"
 #include "typeflow/data/record.hpp"
-#include "typeflow/data/take.hpp"
 
 namespace typeflow::data {
 
@@ -88,32 +77,5 @@ struct unbatch_adaptor {
 
 // source | unbatch
 inline constexpr unbatch_adaptor unbatch{};
-
-// Any dataset of Batch's examples, batched at Batch's size.
-template <class Batch>
-class any_batches : public any_dataset<Batch> {
- public:
-  any_batches() = default;
-  template <batched_dataset D>
-    requires std::same_as<typename D::element_type::features_type, typename Batch::features_type> &&
-             std::same_as<typename D::element_type::label_type, typename Batch::label_type>
-  any_batches(D d)
-      : any_dataset<Batch>(rebatched(d)),
-        first_([d](std::int64_t n) { return any_dataset<Batch>(rebatched(d | take(n))); }) {}
-
-  // The first n batches as given (before batching again), batched at Batch's size.
-  any_dataset<Batch> first(std::int64_t n) const { return first_ ? first_(n) : any_dataset<Batch>(); }
-
- private:
-  std::function<any_dataset<Batch>(std::int64_t)> first_;
-
-  template <class D>
-  static auto rebatched(D d) {
-    if constexpr (std::is_same_v<typename D::element_type, Batch>)
-      return d;
-    else
-      return std::move(d) | unbatch | batch<Batch::size>;
-  }
-};
 
 }  // namespace typeflow::data

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "typeflow/core/dtype.hpp"
+#include "typeflow/core/host_tensor.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/contract/layer.hpp"
 
@@ -120,20 +122,34 @@ constexpr std::size_t output_index(std::string_view name) {
   return network_io<Net>::output_count;
 }
 
+// A shape's extents after a leading `samples`: predict's (samples, shape...).
+template <class Shape>
+std::vector<std::int64_t> with_samples(std::size_t samples) {
+  std::vector<std::int64_t> extents{static_cast<std::int64_t>(samples)};
+  for (const int d : Shape::dims) extents.push_back(d);
+  return extents;
+}
+
 // predict's packed rows (samples, the outputs' sizes side by side) as one
-// array per output, (samples, its shape), by name.
+// tensor per output, (samples, its shape), by name.
 template <class Net>
-std::map<std::string, std::vector<float>, std::less<>> unpack_outputs(const std::vector<float>& packed) {
+std::map<std::string, host_tensor, std::less<>> unpack_outputs(const std::vector<float>& packed) {
   using io = network_io<Net>;
   constexpr std::size_t width = Net::output_shape_type::size;
   const std::size_t samples = packed.size() / width;
-  std::map<std::string, std::vector<float>, std::less<>> out;
-  for (const io_part& o : io::outputs) {
-    std::vector<float>& values = out[std::string(o.name)];
-    values.resize(samples * o.size);
-    for (std::size_t r = 0; r < samples; ++r)
-      std::copy_n(packed.data() + r * width + o.offset, o.size, values.data() + r * o.size);
-  }
+  std::map<std::string, host_tensor, std::less<>> out;
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    (
+        [&] {
+          const io_part& o = io::outputs[J];
+          std::vector<float> values(samples * o.size);
+          for (std::size_t r = 0; r < samples; ++r)
+            std::copy_n(packed.data() + r * width + o.offset, o.size, values.data() + r * o.size);
+          out.emplace(std::string(o.name),
+                      host_tensor(std::move(values), with_samples<typename io::template output_shape<J>>(samples)));
+        }(),
+        ...);
+  }(std::make_index_sequence<io::output_count>{});
   return out;
 }
 

@@ -56,6 +56,7 @@
 #include "typeflow/callbacks/callback.hpp"
 #include "typeflow/train/checkpointing.hpp"
 #include "typeflow/train/row_weights.hpp"
+#include "typeflow/train/validation_split.hpp"
 #include "typeflow/train/compile_holders.hpp"
 #include "typeflow/train/device_budget.hpp"
 #include "typeflow/train/cpu_engine.hpp"
@@ -207,6 +208,11 @@ class model {
       ~forget_weights() { t.class_weights.clear(); }
     } forget{training_};
     access access_for_callbacks{*this};
+    if (options.validation_split != 0 && !options.validation_data) {  // Keras: validation_data overrides it
+      auto [training, validation] = split_for_validation(train, options.validation_split);
+      options.validation_data = std::move(validation);
+      return fit_loop<Net, loss_scaling>(training_, steps, training, std::move(options), access_for_callbacks);
+    }
     return fit_loop<Net, loss_scaling>(training_, steps, train, std::move(options), access_for_callbacks);
   }
 
@@ -271,9 +277,9 @@ class model {
     return training_.results();
   }
 
-  // The model's outputs for every sample of `data`, (samples, output shape)
-  // row-major; labels, if any, are ignored. A network with several outputs
-  // gives each by its name (predictions below).
+  // The model's outputs for every sample of `data`: a host_tensor of shape
+  // (samples, output shape...), row-major; labels, if any, are ignored. A
+  // network with several outputs gives each by its name (predictions).
   // callbacks: Keras's predict(..., callbacks=...): on_predict_begin, each
   // batch's on_predict_batch_begin and on_predict_batch_end, on_predict_end.
   template <data::batched_dataset Dataset>
@@ -285,10 +291,12 @@ class model {
     for (auto* c : callbacks) c->on_predict_begin();
     std::vector<float> outputs = engine_.predict(data, callbacks);
     for (auto* c : callbacks) c->on_predict_end();
-    if constexpr (network_io<Net>::packed_outputs)
-      return unpack_outputs<Net>(std::move(outputs));
-    else
-      return outputs;
+    if constexpr (network_io<Net>::packed_outputs) {
+      return unpack_outputs<Net>(outputs);
+    } else {
+      const std::size_t samples = outputs.size() / Net::output_shape_type::size;
+      return host_tensor(std::move(outputs), with_samples<typename Net::output_shape_type>(samples));
+    }
   }
 
   // Continues `prompt` (token ids) by n tokens sampled from the model, and

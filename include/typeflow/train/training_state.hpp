@@ -23,9 +23,10 @@
 #include <vector>
 
 #include "typeflow/core/dtype.hpp"
+#include "typeflow/core/host_tensor.hpp"
 #include "typeflow/core/shape.hpp"
 #include "typeflow/data/any_dataset.hpp"
-#include "typeflow/data/unbatch.hpp"
+#include "typeflow/data/rebatch.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/losses/losses.hpp"
 #include "typeflow/metrics/metrics.hpp"
@@ -44,7 +45,7 @@ namespace typeflow {
 template <class Element>
 struct fit_options {
   int epochs = 1;
-  // Evaluated after every epoch; batched at any size (data/unbatch.hpp's
+  // Evaluated after every epoch; batched at any size (data/rebatch.hpp's
   // any_batches: batched again at the training batch size, same samples).
   data::any_batches<Element> validation_data{};
   std::vector<callback*> callbacks{};  // not owned; called after the built-in ones
@@ -63,6 +64,10 @@ struct fit_options {
   // Keras's: class id -> the weight of its rows' loss while training (a
   // class not named weighs 1); train/row_weights.hpp. CPU only so far.
   std::map<int, float> class_weight{};
+  // Keras's: the last fraction of the training samples (0 < fraction < 1),
+  // before any shuffling, is evaluated after every epoch instead of trained
+  // on; validation_data, when given, overrides it (train/validation_split.hpp).
+  double validation_split = 0;
 };
 
 // The training FLOPs of one step of Batch samples: the network's forward
@@ -76,8 +81,8 @@ inline constexpr double training_flops_per_step = 3.0 * static_cast<double>(Net:
 // What evaluate returns: "loss" and each metric's name, with its value.
 using evaluation = std::map<std::string, double, std::less<>>;
 // What predict returns for a network with several outputs: each output's
-// values, (samples, its shape) row-major, by the output's name.
-using predictions = std::map<std::string, std::vector<float>, std::less<>>;
+// values with their shape, (samples, its shape) row-major, by the output's name.
+using predictions = std::map<std::string, host_tensor, std::less<>>;
 
 template <class Net>
 class training_state {
