@@ -70,6 +70,14 @@ struct fit_options {
   double validation_split = 0;
 };
 
+// fit's options for a dataset, written apart from the call:
+//   tf::fit_options_for<decltype(train)> options{.epochs = 3, .validation_split = 0.2};
+// A misspelt or ill-typed option is then the compiler's error naming it
+// ("has no non-static data member named 'validation_splt'"); inside fit's
+// call, C++ compilers only say that the braces do not convert to fit_options.
+template <data::batched_dataset Dataset>
+using fit_options_for = fit_options<typename Dataset::element_type>;
+
 // The training FLOPs of one step of Batch samples: the network's forward
 // FLOPs (a multiply-add counts two) three times over, since backward computes
 // the gradients of both a layer's input and its weights (the usual
