@@ -48,6 +48,21 @@ run_result train(int epochs) {
 }
 }  // namespace
 
+run_result train_weighted_on_cpu(int epochs, bool by_sample) {
+  const toy_data d = make_data();
+  tf::model<mlp> model(seed);
+  model.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::sparse_categorical_accuracy{});
+  const auto history = by_sample ? model.fit(weighted_dataset(d, true), {.epochs = epochs, .verbose = 0})
+                                 : model.fit(unweighted_dataset(d), {.epochs = epochs, .verbose = 0,
+                                                                     .class_weight = weighted_classes()});
+  run_result r{history["loss"], history["sparse_categorical_accuracy"], {}};
+  const auto region = model.parameter_region();
+  r.parameters.assign(region.begin(), region.end());
+  return r;
+}
+
 run_result train_on_cpu(int epochs) { return train<mlp>(epochs); }
 run_result train_graph_on_cpu(int epochs) { return train<graph_net>(epochs); }
 run_result train_two_inputs_on_cpu(int epochs) { return train<two_input_net>(epochs); }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include <typeflow/typeflow.hpp>
@@ -91,9 +93,32 @@ region_distance distance_between(const Region& gpu, const std::vector<float>& cp
   return d;
 }
 
+// The weighted runs: make_data()'s first 150 samples, 9 batches of 16 and a
+// last partial one of 6, each sample weighing (i % 4) / 2, or by class.
+constexpr int weighted_samples = 150;
+inline std::map<int, float> weighted_classes() { return {{0, 2.f}, {3, 0.5f}, {7, 0.f}}; }
+inline auto weighted_dataset(const toy_data& d, bool by_sample) {
+  std::vector<float> features(d.features.begin(), d.features.begin() + weighted_samples * 32);
+  std::vector<std::int32_t> labels(d.labels.begin(), d.labels.begin() + weighted_samples);
+  std::vector<float> weights(weighted_samples, 1.f);
+  if (by_sample)
+    for (int i = 0; i < weighted_samples; ++i) weights[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i % 4);
+  return tf::data::from_tensor_slices<tf::shape<32>>(std::move(features), std::move(labels), std::move(weights)) |
+         tf::data::batch<batch>;
+}
+inline auto unweighted_dataset(const toy_data& d) {
+  return tf::data::from_tensor_slices<tf::shape<32>>(
+             std::vector<float>(d.features.begin(), d.features.begin() + weighted_samples * 32),
+             std::vector<std::int32_t>(d.labels.begin(), d.labels.begin() + weighted_samples)) |
+         tf::data::batch<batch>;
+}
+
 // Trains `mlp` (or graph_net) with Adam for `epochs` epochs over make_data() (no shuffle).
 run_result train_on_cpu(int epochs);
 run_result train_graph_on_cpu(int epochs);
 run_result train_two_inputs_on_cpu(int epochs);
+// `mlp` over weighted_dataset(by_sample = true), or over its samples with
+// weighted_classes() as class_weight (false); the last partial batch trains.
+run_result train_weighted_on_cpu(int epochs, bool by_sample);
 
 }  // namespace cuda_reference

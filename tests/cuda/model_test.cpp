@@ -152,3 +152,40 @@ TEST_CASE("cuda model: a sparse label outside [0, classes) is refused before its
   const std::string evaluated = tf::testing::message_of<std::invalid_argument>([&] { gpu.evaluate(toy_dataset(d)); });
   CHECK(evaluated.find("label 3 of the batch is -1") != std::string::npos);
 }
+
+TEST_CASE("cuda model: sample weights, class_weight and a last partial batch train as on the CPU") {
+  constexpr int epochs = 2;
+  const toy_data d = make_data();
+  for (const bool by_sample : {true, false}) {
+    INFO("by_sample " << by_sample);
+    const run_result cpu = train_weighted_on_cpu(epochs, by_sample);
+    tf::model<mlp, tf::float32, tf::single_device, tf::cuda> gpu(seed);
+    gpu.compile(tf::optimizers::adam{.learning_rate = 0.01f},
+                tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::sparse_categorical_accuracy{});
+    const auto history = by_sample ? gpu.fit(weighted_dataset(d, true), {.epochs = epochs, .verbose = 0})
+                                   : gpu.fit(unweighted_dataset(d), {.epochs = epochs, .verbose = 0,
+                                                                     .class_weight = weighted_classes()});
+    CHECK(gpu.iterations() == epochs * 10);  // ceil(150 / 16): the partial batch of 6 trains
+    for (int e = 0; e < epochs; ++e) {
+      INFO("epoch " << e + 1 << ": gpu " << history["loss"][e] << ", cpu " << cpu.losses[e]);
+      CHECK(history["loss"][e] == doctest::Approx(cpu.losses[e]).epsilon(2e-3));
+      CHECK(history["sparse_categorical_accuracy"][e] == doctest::Approx(cpu.accuracies[e]).epsilon(0.02));
+    }
+    const region_distance gap = distance_between(gpu.parameter_region(), cpu.parameters);
+    INFO("largest weight difference " << gap.worst << " of weights up to " << gap.largest);
+    CHECK(gap.worst < 1e-2 * gap.largest);
+    // evaluate weighs the loss by the sample weights on the host.
+    if (by_sample) {
+      const double weighted = gpu.evaluate(weighted_dataset(d, true)).at("loss");
+      const auto z = gpu.predict(unweighted_dataset(d));
+      double expected = 0;
+      for (int i = 0; i < weighted_samples; ++i) {
+        double sum = 0;
+        for (int j = 0; j < 10; ++j) sum += std::exp(static_cast<double>(z(i, j)));
+        expected += 0.5 * (i % 4) * (std::log(sum) - z(i, d.labels[static_cast<std::size_t>(i)])) / weighted_samples;
+      }
+      CHECK(weighted == doctest::Approx(expected).epsilon(1e-4));
+    }
+  }
+}

@@ -248,3 +248,54 @@ TEST_CASE("a regression model trains with mean_absolute_error as its metric, and
   CHECK(calibrated_scores.at("auc") > 0.98);
   CHECK(calibrated_scores.at("f1_score") > 0.9);
 }
+
+TEST_CASE("a GPU's row weights replayed on the CPU: the captured mean over all rows equals the weighted mean over the valid ones") {
+  // mirrored<2> at batch 8 (shards of 4), a last partial batch of 5 samples
+  // (replica 0: 4, replica 1: 1), class_weight and sample weights, as
+  // cuda_engine.hpp stages them (train/row_weights.hpp) and its step applies
+  // them (merge_fn::scale_rows, the functor the GPU runs).
+  constexpr int n = 8, shard = 4, replicas = 2, classes = 3, valid = 5;
+  tf::data::batch_of<n, tf::data::tensor_value<float, tf::shape<1>>, tf::data::tensor_value<std::int32_t, tf::shape<>>> b;
+  b.valid = valid;
+  b.labels = {0, 1, 2, 1, 0, 0, 0, 0};
+  b.sample_weights = {0.5f, 1.f, 2.f, 0.f, 1.5f, 0.f, 0.f, 0.f};
+  const std::vector<float> table = tf::class_weight_table({{1, 3.f}}, classes);
+  REQUIRE(tf::weighs_rows(b, table));
+  std::vector<float> outputs(n * classes);
+  const tf::random_stream rng{5, 0};
+  for (std::size_t i = 0; i < outputs.size(); ++i) outputs[i] = 2.f * rng.uniform(i) - 1.f;
+  const tf::losses::sparse_categorical_crossentropy loss{.from_logits = true};
+
+  // The expected step: (1/V) sum over valid rows of w * loss, and each valid row's gradient w * g / V.
+  std::vector<float> d_all(n * classes), row_all(n);
+  loss(outputs.data(), b.labels.data(), n, classes, valid, d_all.data(), row_all.data());  // g / valid
+  double expected_loss = 0;
+  for (int i = 0; i < valid; ++i) {
+    const float w = tf::class_weight_of_row(table, b.labels.data(), i, classes) * b.sample_weights[static_cast<std::size_t>(i)];
+    expected_loss += w * row_all[static_cast<std::size_t>(i)] / valid;
+    for (int j = 0; j < classes; ++j) d_all[static_cast<std::size_t>(i * classes + j)] *= w;
+  }
+
+  // The GPU's: each replica's loss over all its 4 rows, weighed, then the mean over replicas.
+  double step_loss = 0;
+  for (int k = 0; k < replicas; ++k) {
+    std::vector<float> d(shard * classes), row(shard), w(shard);
+    const std::size_t at = static_cast<std::size_t>(k * shard);
+    loss(outputs.data() + at * classes, b.labels.data() + at, shard, classes, shard, d.data(), row.data());
+    tf::replica_row_weights(b, table, k, replicas, shard, 1, classes, tf::replica_valid(valid, k, shard), w.data());
+    const tf::detail::merge_fn::scale_rows by_row{w.data(), d.data(), d.data(), classes}, loss_by_row{w.data(), row.data(), row.data(), 1};
+    for (std::size_t i = 0; i < d.size(); ++i) by_row(i);
+    for (std::size_t i = 0; i < row.size(); ++i) loss_by_row(i);
+    double mean = 0;
+    for (const float l : row) mean += l / shard;
+    step_loss += mean / replicas;
+    // The all-reduce averages the replicas' weight gradients: each row's share is d / replicas.
+    for (std::size_t i = 0; i < d.size(); ++i)
+      CHECK(d[i] / replicas == doctest::Approx(d_all[at * classes + i]).epsilon(1e-6).scale(1e-6));
+  }
+  CHECK(step_loss == doctest::Approx(expected_loss).epsilon(1e-6));
+  // A full batch without weights needs none.
+  b.valid = n;
+  b.sample_weights.clear();
+  CHECK_FALSE(tf::weighs_rows(b, {}));
+}

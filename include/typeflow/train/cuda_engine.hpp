@@ -48,6 +48,7 @@
 #include "typeflow/distribute/cuda_replicas.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
+#include "typeflow/layers/merge_functors.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/cuda_replica.hpp"
 #include "typeflow/train/engine.hpp"
@@ -57,6 +58,7 @@
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/regularization.hpp"
+#include "typeflow/train/row_weights.hpp"
 #include "typeflow/train/step_program.hpp"
 #include "typeflow/train/training_state.hpp"
 #include "typeflow/train/training_step.hpp"
@@ -160,8 +162,10 @@ class engine<Net, Policy, Strategy, cuda> {
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
     static constexpr int rows = shard * static_cast<int>(rows_per_sample);
-    // The captured step holds its row count: fit drops a last partial batch here.
-    static constexpr bool partial_batches = false;
+    // A last partial batch trains (train/training_step.hpp) unless batch
+    // statistics would count its padding: the captured step keeps its row
+    // count, and the row weights mask the padding (stage_row_weights).
+    static constexpr bool partial_batches = !parameter_table<Net>::has_statistics;
 
     // One replica's share of the launch, enqueued on its compute stream.
     struct replica_step {
@@ -181,6 +185,16 @@ class engine<Net, Policy, Strategy, cuda> {
       void loss() {
         e.loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(),
                         rows, classes, rows, s);
+        if (e.weighted_[static_cast<std::size_t>(parity)]) {  // d_out[i, :] *= w[i], row_loss[i] *= w[i]
+          const float* w = r.row_weights_on_device(parity);
+          using scale = typeflow::detail::merge_fn::scale_rows;
+          backend::cuda::for_each_index(static_cast<std::size_t>(rows) * classes,
+                                        scale{w, program.output_gradient(), program.output_gradient(),
+                                              static_cast<std::size_t>(classes)},
+                                        s);
+          backend::cuda::for_each_index(static_cast<std::size_t>(rows),
+                                        scale{w, program.row_losses(), program.row_losses(), 1}, s);
+        }
       }
       void scale_output_gradient() {
         if constexpr (loss_scaling)
@@ -192,12 +206,11 @@ class engine<Net, Policy, Strategy, cuda> {
 
     engine& e;
 
-    void check(const Batch& batch) const {
-      check_token_ids_of<Net>(batch);  // the CPU layer's message, on the host
-      if (!batch.sample_weights.empty())
-        throw std::invalid_argument("fit: sample weights are not on tf::cuda's training step yet (evaluate takes them)");
+    void check(const Batch& batch) const { check_token_ids_of<Net>(batch); }  // the CPU layer's message, on the host
+    void stage(const Batch& batch, int parity) {
+      e.template stage<shard>(batch, parity);
+      e.weighted_[static_cast<std::size_t>(parity)] = e.template stage_row_weights<shard>(batch, parity);
     }
-    void stage(const Batch& batch, int parity) { e.template stage<shard>(batch, parity); }
     void begin(int parity) {
       ++e.steps_;
       for (auto& r : e.replicas_) {
@@ -214,7 +227,8 @@ class engine<Net, Policy, Strategy, cuda> {
       if constexpr (!replication::eager) {
         replica& r = *e.replicas_[0];
         backend::cuda::device_guard on(r.device);
-        auto& graph = r.train_graph[static_cast<std::size_t>(parity)];
+        const auto p = static_cast<std::size_t>(parity);
+        auto& graph = (e.weighted_[p] ? r.weighted_train_graph : r.train_graph)[p];
         if (!graph.captured()) graph.capture(r.compute.get(), [&](cudaStream_t) { body(); });
         graph.launch(r.compute.get());
       } else {
@@ -428,6 +442,22 @@ class engine<Net, Policy, Strategy, cuda> {
                                                    batch.labels.data() + r * labels_per_shard, parity);
   }
 
+  // Each replica's row weights for a staged batch, and their upload
+  // (train/row_weights.hpp's replica_row_weights: class_weight, sample
+  // weights, a last partial batch's mask); false, with nothing staged,
+  // where every row weighs 1.
+  template <int Shard, class Batch>
+  bool stage_row_weights(const Batch& batch, int parity) {
+    if (!weighs_rows(batch, training_.class_weights)) return false;
+    for (int k = 0; k < replica_count; ++k) {
+      replica& r = *replicas_[static_cast<std::size_t>(k)];
+      replica_row_weights(batch, training_.class_weights, k, replica_count, Shard, rows_per_sample, classes,
+                          replica_valid(batch.valid, k, Shard), r.row_weights_on_host(parity));
+      r.stage_row_weights(parity);
+    }
+    return true;
+  }
+
   // The step's end: the optimizer, then what the host reads back: the step
   // state, the mean loss (reduced on the device), and the outputs only when
   // a metric reads them (a language model's logits are most of a step's
@@ -552,6 +582,7 @@ class engine<Net, Policy, Strategy, cuda> {
   mutable std::vector<float> gradients_host_;  // gradients(): replica 0's, copied back
   std::uint64_t seed_;             // the model's
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
+  std::array<bool, 2> weighted_{};  // whether each parity's staged step weighs its rows (stage_row_weights)
   mutable std::array<std::vector<float>, training_state<Net>::max_slots> slots_host_;  // slot_values()' copies
   std::vector<std::vector<float>> pending_slots_;  // set_slot_values' slots, until every arena is laid out
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})

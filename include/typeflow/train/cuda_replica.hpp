@@ -77,7 +77,9 @@ struct cuda_replica {
   std::unique_ptr<backend::cuda::device_optimizer_base> optimizer;
   program_slot program;
   std::array<staging_buffers, 2> staging;
-  std::size_t feature_bytes = 0, label_bytes = 0;
+  // Each staging buffer: [features | labels | a weight a row], the weights
+  // only for a step that weighs its rows (cuda_engine.hpp's stage_row_weights).
+  std::size_t feature_bytes = 0, label_bytes = 0, weight_bytes = 0;
   backend::cuda::pinned_buffer results_host;  // row losses (evaluate), then outputs
   // A training step's scalars, reduced on the device: the mean loss and
   // the regularizers' penalty; and their copy on the host.
@@ -86,7 +88,9 @@ struct cuda_replica {
   // The regularized tensors (train/regularization.hpp) and the penalty's partial sums.
   backend::cuda::device_buffer regularization_table, regularization_partials;
   int regularized_tensors = 0;
-  std::array<backend::cuda::graph, 2> train_graph;
+  // The step captured per parity; the weighted one also scales each row's
+  // loss and gradient by the staged row weights.
+  std::array<backend::cuda::graph, 2> train_graph, weighted_train_graph;
 
   // What its executors share: everything is enqueued on the compute stream.
   backend::cuda::context context{compute.get(), lt.get(), gemm_workspace.data(), gemm_workspace_bytes,
@@ -116,8 +120,16 @@ struct cuda_replica {
   const Label* labels_on_host(int parity) const {
     return reinterpret_cast<const Label*>(staging[static_cast<std::size_t>(parity)].host.data() + feature_bytes);
   }
+  float* row_weights_on_host(int parity) const {
+    return reinterpret_cast<float*>(staging[static_cast<std::size_t>(parity)].host.data() + feature_bytes + label_bytes);
+  }
+  const float* row_weights_on_device(int parity) const {
+    return reinterpret_cast<const float*>(staging[static_cast<std::size_t>(parity)].device.data() + feature_bytes +
+                                          label_bytes);
+  }
   void forget_program() {
     for (auto& g : train_graph) g.reset();
+    for (auto& g : weighted_train_graph) g.reset();
     program.reset();
   }
 
@@ -155,12 +167,13 @@ struct cuda_replica {
       feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
                       sizeof(typename Net::input_dtype::value_type);
       label_bytes = static_cast<std::size_t>(N) * m.label_values_per_sample_ * sizeof(float);  // or int32
+      const std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
+      weight_bytes = rows * sizeof(float);
       for (auto& s : staging) {
-        s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes);
-        s.device = backend::cuda::device_buffer(feature_bytes + label_bytes);
+        s.host = backend::cuda::pinned_buffer(feature_bytes + label_bytes + weight_bytes);
+        s.device = backend::cuda::device_buffer(feature_bytes + label_bytes + weight_bytes);
         s.copied = backend::cuda::event();
       }
-      const std::size_t rows = static_cast<std::size_t>(N) * rows_per_sample;
       results_host = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float));
     }
     if (!m.device_has_weights_) m.upload_weights();
@@ -190,6 +203,10 @@ struct cuda_replica {
     auto& s = staging[static_cast<std::size_t>(parity)];
     std::memcpy(s.host.data(), features, feature_bytes);
     enqueue_upload(s, 0, feature_bytes);
+  }
+  // The row weights written to row_weights_on_host(parity), after stage().
+  void stage_row_weights(int parity) {
+    enqueue_upload(staging[static_cast<std::size_t>(parity)], feature_bytes + label_bytes, weight_bytes);
   }
   // The labels only (evaluate, after stage_features).
   void stage_labels(const void* labels, int parity) {

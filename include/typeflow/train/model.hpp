@@ -187,8 +187,8 @@ class model {
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
   // batch size N is part of its type. A last partial batch trains, as in
-  // Keras, on the CPU for a network without batch_normalization (else it is
-  // dropped: train/training_step.hpp).
+  // Keras, for a network without batch_normalization (else it is dropped:
+  // train/training_step.hpp).
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
@@ -198,9 +198,6 @@ class model {
     auto steps = engine_.template steps<batch_type>();
     if constexpr (std::is_same_v<Device, cpu>)
       if (options.peak_flops == 0) options.peak_flops = cpu_peak_flops();  // measured once per process
-    if constexpr (std::is_same_v<Device, cuda>)
-      if (!options.class_weight.empty())
-        throw std::invalid_argument("fit: class_weight is not on tf::cuda yet (it weighs the loss's rows on the CPU)");
     // class_weight holds for this fit only.
     training_.class_weights = class_weight_table(options.class_weight, classes);
     struct forget_weights {

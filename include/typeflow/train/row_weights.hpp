@@ -8,7 +8,9 @@
 //   class not given weighs 1. Training only.
 // - sample weights (data::weighted_example, batch_of::sample_weights): one a
 //   sample, over all of its rows (a sequence's tokens); fit and evaluate.
-// Both at once are refused, as Keras refuses them.
+// Both at once are refused, as Keras refuses them. The CPU weighs the rows
+// in its loss (cpu_engine.hpp); a GPU's captured step takes a weight a row
+// from the host, which also masks a last partial batch (cuda_engine.hpp).
 #pragma once
 
 #include <cmath>
@@ -38,24 +40,30 @@ inline std::vector<float> class_weight_table(const std::map<int, float>& given, 
   return table;
 }
 
+// Row r's class_weight: its class's entry of the table, or 1 for a class
+// beyond it. labels: one int32 id a row, or `classes` targets a row.
+template <class Label>
+float class_weight_of_row(const std::vector<float>& table, const Label* labels, std::ptrdiff_t r, int classes) {
+  int id;
+  if constexpr (std::is_same_v<Label, std::int32_t>) {
+    id = labels[r];
+  } else if (classes > 1) {
+    const Label* t = labels + r * classes;
+    id = 0;
+    for (int j = 1; j < classes; ++j) id = t[j] > t[id] ? j : id;
+  } else {
+    id = static_cast<int>(std::lround(labels[r]));
+  }
+  return id >= 0 && id < static_cast<int>(table.size()) ? table[static_cast<std::size_t>(id)] : 1.f;
+}
+
 // Multiplies each of the first valid_rows rows' loss and gradient (classes
 // values a row) by its class's weight.
 template <class Label>
 void weight_rows_by_class(const std::vector<float>& table, const Label* labels, std::ptrdiff_t valid_rows, int classes,
                           float* row_loss, float* d_out) {
-  const int count = static_cast<int>(table.size());
   for (std::ptrdiff_t r = 0; r < valid_rows; ++r) {
-    int id;
-    if constexpr (std::is_same_v<Label, std::int32_t>) {
-      id = labels[r];
-    } else if (classes > 1) {
-      const Label* t = labels + r * classes;
-      id = 0;
-      for (int j = 1; j < classes; ++j) id = t[j] > t[id] ? j : id;
-    } else {
-      id = static_cast<int>(std::lround(labels[r]));
-    }
-    const float w = id >= 0 && id < count ? table[static_cast<std::size_t>(id)] : 1.f;
+    const float w = class_weight_of_row(table, labels, r, classes);
     row_loss[r] *= w;
     for (int j = 0; j < classes; ++j) d_out[r * classes + j] *= w;
   }
@@ -88,6 +96,37 @@ inline void weight_rows_by_sample(const float* weights, std::ptrdiff_t valid_row
     const float w = weights[static_cast<std::size_t>(r) / rows_per_sample];
     row_loss[r] *= w;
     for (int j = 0; j < classes; ++j) d_out[r * classes + j] *= w;
+  }
+}
+
+// Whether a GPU's captured step must weigh the rows of this batch: a last
+// partial batch, fit's class_weight, or sample weights.
+template <class Batch>
+bool weighs_rows(const Batch& batch, const std::vector<float>& class_table) {
+  return batch.valid < Batch::size || !class_table.empty() || !batch.sample_weights.empty();
+}
+
+// The weights of replica k's rows (shard samples of rows_per_sample rows)
+// for a GPU's captured step, which takes the mean over all of its rows and
+// averages the replicas' gradients: for a last partial batch 0 on padding
+// and replicas * R / V on the V valid rows of the replicas' R each, so that
+// the result is the mean over the valid rows (the CPU's loss takes their
+// count instead); times the row's class_weight and its sample's weight.
+template <class Batch>
+void replica_row_weights(const Batch& batch, const std::vector<float>& class_table, int k, int replicas, int shard,
+                         std::size_t rows_per_sample, int classes, int own, float* w) {
+  const std::size_t rows = static_cast<std::size_t>(shard) * rows_per_sample;
+  const float share = static_cast<float>(static_cast<double>(replicas) * static_cast<double>(rows) /
+                                         (static_cast<double>(batch.valid) * static_cast<double>(rows_per_sample)));
+  const auto* labels = batch.labels.data() + static_cast<std::size_t>(k) * static_cast<std::size_t>(shard) *
+                                                 Batch::label_type::size;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::size_t sample = i / rows_per_sample;
+    float weight = sample < static_cast<std::size_t>(own) ? share : 0.f;
+    if (!class_table.empty()) weight *= class_weight_of_row(class_table, labels, static_cast<std::ptrdiff_t>(i), classes);
+    if (!batch.sample_weights.empty())
+      weight *= batch.sample_weights[static_cast<std::size_t>(k) * static_cast<std::size_t>(shard) + sample];
+    w[i] = weight;
   }
 }
 

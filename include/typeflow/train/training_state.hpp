@@ -62,7 +62,7 @@ struct fit_options {
   // Keras's: at most this many batches of validation_data are evaluated; -1: all.
   std::int64_t validation_steps = -1;
   // Keras's: class id -> the weight of its rows' loss while training (a
-  // class not named weighs 1); train/row_weights.hpp. CPU only so far.
+  // class not named weighs 1); train/row_weights.hpp.
   std::map<int, float> class_weight{};
   // Keras's: the last fraction of the training samples (0 < fraction < 1),
   // before any shuffling, is evaluated after every epoch instead of trained

@@ -19,16 +19,16 @@
 // workers, enqueue it with NCCL between the replicas' layers.
 //
 // A last partial batch (valid < N samples) trains where the device's ops
-// allow it (partial_batches: the CPU, for a network without batch
-// statistics): the padding rows are zeros with no loss and no gradient, so
-// every product runs on the full batch and the gradients are those of the
-// valid rows; the loss's mean, the metrics and the means fit logs count the
-// valid rows only, as Keras does. Under mirrored<N> each replica takes its
-// share of the valid samples (replica_valid), and its loss gradient is
-// weighed by that share so that the all-reduce gives the mean over them.
-// A network with batch_normalization drops a partial batch (its statistics
-// would count the padding), and so does tf::cuda (its captured step holds
-// the row count).
+// allow it (partial_batches: a network without batch statistics): the
+// padding rows are zeros with no loss and no gradient, so every product runs
+// on the full batch and the gradients are those of the valid rows; the
+// loss's mean, the metrics and the means fit logs count the valid rows only,
+// as Keras does. Under mirrored<N> each replica takes its share of the valid
+// samples (replica_valid), and its loss gradient is weighed by that share so
+// that the all-reduce gives the mean over them. The CPU's loss takes the
+// valid row count; a GPU's captured step keeps its row count and weighs its
+// rows instead (train/row_weights.hpp). A network with batch_normalization
+// drops a partial batch (its statistics would count the padding).
 //
 // Ops (train/cpu_engine.hpp's and train/cuda_engine.hpp's engine::step_ops)
 // provide, for one batch type:
