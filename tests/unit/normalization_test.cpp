@@ -518,6 +518,33 @@ TEST_CASE("in a model, fit moves batch_norm's statistics by Keras's rule and nev
   CHECK(loaded.predict(data) == predictions);
 }
 
+TEST_CASE("a last partial batch trains batch_norm over its valid samples only, as a batch of just them would") {
+  toy_data toy(13);  // batch<8>: 8, then a partial batch of 5
+  using features = tf::data::tensor_value<float, tf::shape<5>>;
+  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+  const auto batch_of_rows = [&]<int N>(std::integral_constant<int, N>, int first) {
+    tf::data::batch_of<N, features, label> b;
+    std::copy_n(toy.features.begin() + first * 5, N * 5, b.features.begin());
+    std::copy_n(toy.labels.begin() + first, N, b.labels.begin());
+    b.valid = N;
+    return b;
+  };
+  tf::model<bn_net> partial{5}, separate{5};
+  for (auto* m : {&partial, &separate})
+    m->compile(tf::optimizers::sgd{.learning_rate = 0.1f}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto history = partial.fit(tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<8>,
+                                   {.verbose = 0});
+  CHECK(partial.iterations() == 2);
+  const double first = separate.train_on_batch(batch_of_rows(std::integral_constant<int, 8>{}, 0));
+  const double second = separate.train_on_batch(batch_of_rows(std::integral_constant<int, 5>{}, 8));
+  CHECK(history["loss"][0] == doctest::Approx((8 * first + 5 * second) / 13).epsilon(1e-5));
+  const auto a = copy_of(partial.parameter_region()), b = copy_of(separate.parameter_region());
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5).scale(1e-6));
+  // The moving statistics moved twice, the second time by the 5 samples' statistics.
+  CHECK(copy_of(partial.parameter("layers.2.moving_mean")) != std::vector<float>(8, 0.f));
+}
+
 TEST_CASE("a model with layer_norm trains and its loss falls") {
   toy_data toy(64);
   const auto data = tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<16>;

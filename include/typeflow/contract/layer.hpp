@@ -222,6 +222,9 @@ struct run_state {
   std::uint64_t seed = 0;        // the model's seed
   std::uint64_t step = 0;        // counts training steps, so dropout masks differ per step
   int position = 0;              // decoding (generate): the index of the position being fed
+  // A training step: the batch's samples present (a last partial batch's;
+  // batch statistics count only them); -1: all of them.
+  int valid_samples = -1;
 };
 
 // The fixed addresses one layer works on, resolved from the memory plan, on

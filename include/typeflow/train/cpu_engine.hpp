@@ -116,9 +116,9 @@ class engine<Net, Policy, Strategy, cpu> {
     using label_type = typename Batch::label_value;
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
-    // A last partial batch trains (train/training_step.hpp) unless batch
-    // statistics would count its padding.
-    static constexpr bool partial_batches = !parameter_table<Net>::has_statistics;
+    // A last partial batch trains (train/training_step.hpp); batch_norm's
+    // statistics count its valid samples only (run_state::valid_samples).
+    static constexpr bool partial_batches = true;
     using program_type = step_program<Net, shard, cpu>;
     static constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
     static constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;
@@ -133,6 +133,7 @@ class engine<Net, Policy, Strategy, cpu> {
         std::memcpy(program.input(), ops.staged->features.data() + r * features_per_shard,
                     features_per_shard * sizeof(ops.staged->features.data()[0]));
         run.training = true;
+        run.valid_samples = replica_valid(ops.staged->valid, r, shard);
         ++run.step;
         program.forward();
       }

@@ -187,7 +187,7 @@ class model {
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
   // batch size N is part of its type. A last partial batch trains, as in
-  // Keras, for a network without batch_normalization (else it is dropped:
+  // Keras (on tf::cuda not for a network with batch_normalization:
   // train/training_step.hpp).
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {

@@ -19,7 +19,8 @@
 // workers, enqueue it with NCCL between the replicas' layers.
 //
 // A last partial batch (valid < N samples) trains where the device's ops
-// allow it (partial_batches: a network without batch statistics): the
+// allow it (partial_batches: the CPU always, a GPU for a network without
+// batch statistics): the
 // padding rows are zeros with no loss and no gradient, so every product runs
 // on the full batch and the gradients are those of the valid rows; the
 // loss's mean, the metrics and the means fit logs count the valid rows only,
@@ -27,8 +28,10 @@
 // samples (replica_valid), and its loss gradient is weighed by that share so
 // that the all-reduce gives the mean over them. The CPU's loss takes the
 // valid row count; a GPU's captured step keeps its row count and weighs its
-// rows instead (train/row_weights.hpp). A network with batch_normalization
-// drops a partial batch (its statistics would count the padding).
+// rows instead (train/row_weights.hpp). On the CPU batch_norm's statistics
+// count the valid samples only (run_state::valid_samples); on a GPU a
+// network with batch_normalization drops a partial batch (its statistics
+// would count the padding).
 //
 // Ops (train/cpu_engine.hpp's and train/cuda_engine.hpp's engine::step_ops)
 // provide, for one batch type:

@@ -1,6 +1,10 @@
 // batch_normalization on the CPU: blocks of 64 features over the cores, each
-// block's batch mean and biased variance summed in double over every row, the
-// batch's (mean, 1 / std) kept in the workspace for backward.
+// block's batch mean and biased variance summed in double over the batch's
+// rows, the batch's (mean, 1 / std) kept in the workspace for backward. In a
+// last partial batch (run_state::valid_samples) the statistics and their
+// gradient count the valid rows only, and the padding rows get no gradient,
+// as a batch of just those samples would; a replica with none of them leaves
+// the moving statistics alone.
 #pragma once
 
 #include <cmath>
@@ -39,9 +43,10 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
   // With x̂ = (x - mean) * inverse_std over the batch's statistics, per feature:
   //   d_beta  = Σ_rows d_out                 d_gamma = Σ_rows d_out * x̂
   //   d_in    = gamma * inverse_std / rows * (rows * d_out - d_beta - x̂ * d_gamma)
-  // Each block of features sums d_out over all rows before its d_in is
-  // written over d_out.
+  // over the valid rows; the padding's d_in is 0. Each block of features
+  // sums d_out over the rows before its d_in is written over d_out.
   void backward() {
+    const std::ptrdiff_t live = live_rows();
     const float* in = io_.in;
     const float* d_out = io_.d_out;
     float* d_in = io_.d_in;
@@ -54,7 +59,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       double sum_dy[column_block] = {}, sum_dy_normalized[column_block] = {};
-      for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      for (std::ptrdiff_t r = 0; r < live; ++r) {
         const float* x = in + r * n;
         const float* dy = d_out + r * n;
         for (std::ptrdiff_t j = j0; j < j1; ++j) {
@@ -68,12 +73,13 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
       }
       if (!d_in) continue;
       float mean_dy[column_block], mean_dy_normalized[column_block], factor[column_block];
+      const double count = live > 0 ? static_cast<double>(live) : 1.0;
       for (std::ptrdiff_t j = j0; j < j1; ++j) {
-        mean_dy[j - j0] = static_cast<float>(sum_dy[j - j0] / rows);
-        mean_dy_normalized[j - j0] = static_cast<float>(sum_dy_normalized[j - j0] / rows);
+        mean_dy[j - j0] = static_cast<float>(sum_dy[j - j0] / count);
+        mean_dy_normalized[j - j0] = static_cast<float>(sum_dy_normalized[j - j0] / count);
         factor[j - j0] = (gamma ? gamma[j] : 1.f) * inverse_std[j];
       }
-      for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      for (std::ptrdiff_t r = 0; r < live; ++r) {
         const float* x = in + r * n;
         const float* dy = d_out + r * n;
         float* dx = d_in + r * n;  // may be d_out's buffer: each element is read before it is written
@@ -81,10 +87,17 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
           dx[j] = batch_norm_math::normalized_gradient(dy[j], x[j], mean[j], inverse_std[j], factor[j - j0],
                                                        mean_dy[j - j0], mean_dy_normalized[j - j0]);
       }
+      for (std::ptrdiff_t r = live; r < rows; ++r)
+        for (std::ptrdiff_t j = j0; j < j1; ++j) d_in[r * n + j] = 0.f;
     }
   }
 
  private:
+  // The rows the batch's statistics count: all, or a partial batch's valid ones.
+  std::ptrdiff_t live_rows() const {
+    const int valid = io_.run->valid_samples;
+    return valid < 0 || valid >= Batch ? rows : static_cast<std::ptrdiff_t>(valid) * Layer::rows_per_sample;
+  }
   float* batch_mean() const { return reinterpret_cast<float*>(io_.workspace); }
   float* batch_inverse_std() const { return reinterpret_cast<float*>(io_.workspace) + n; }
   const float* gamma_values() const {
@@ -101,6 +114,8 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
   // Per block of features: the batch mean, then the biased variance (two
   // passes, summed in double), the moving statistics' update, and the output.
   void forward_training() {
+    const std::ptrdiff_t live = live_rows();
+    const double count = live > 0 ? static_cast<double>(live) : 1.0;
     const float* in = io_.in;
     float* out = io_.out;
     float* mean = batch_mean();
@@ -115,19 +130,20 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
     for (std::ptrdiff_t j0 = 0; j0 < n; j0 += column_block) {
       const std::ptrdiff_t j1 = j0 + column_block < n ? j0 + column_block : n;
       double sums[column_block] = {};
-      for (std::ptrdiff_t r = 0; r < rows; ++r)
+      for (std::ptrdiff_t r = 0; r < live; ++r)
         for (std::ptrdiff_t j = j0; j < j1; ++j) sums[j - j0] += in[r * n + j];
       double means[column_block], squares[column_block] = {};
-      for (std::ptrdiff_t j = j0; j < j1; ++j) means[j - j0] = sums[j - j0] / rows;
-      for (std::ptrdiff_t r = 0; r < rows; ++r)
+      for (std::ptrdiff_t j = j0; j < j1; ++j) means[j - j0] = sums[j - j0] / count;
+      for (std::ptrdiff_t r = 0; r < live; ++r)
         for (std::ptrdiff_t j = j0; j < j1; ++j) {
           const double deviation = in[r * n + j] - means[j - j0];
           squares[j - j0] += deviation * deviation;
         }
       for (std::ptrdiff_t j = j0; j < j1; ++j) {
-        const double variance = squares[j - j0] / rows;
+        const double variance = squares[j - j0] / count;
         mean[j] = static_cast<float>(means[j - j0]);
         inverse_std[j] = batch_norm_math::inverse_std_of(variance, Options.epsilon);
+        if (live == 0) continue;  // no sample here: the moving statistics stay
         moving_mean_values[j] = batch_norm_math::moving_average_of(moving_mean_values[j], mean[j], momentum, update_weight);
         moving_variance_values[j] = batch_norm_math::moving_average_of(
             moving_variance_values[j], static_cast<float>(variance), momentum, update_weight);
