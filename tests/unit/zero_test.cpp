@@ -257,8 +257,31 @@ TEST_CASE("fit under zero<2, mirrored<2>> gives mirrored<2>'s history and weight
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
 }
 
-TEST_CASE("zero<k> refuses use_ema at compile, naming it") {
-  model_under<zero_mirrored<1, 2>> model{1};
-  CHECK_THROWS_WITH_AS(model.compile(tf::optimizers::adam{.use_ema = true}, logits_loss),
-                       doctest::Contains("use_ema under zero<1, mirrored<2>> is not built yet"), std::invalid_argument);
+TEST_CASE("use_ema under zero<k>: the average is one more sharded slot, mirrored<N>'s bits; swap and finalize") {
+  // ema_overwrite_frequency = 3: the third update overwrites the weights on each shard's owner,
+  // and the all-gather carries it to every replica.
+  const tf::optimizers::adam adam{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f,
+                                  .ema_overwrite_frequency = 3};
+  check_same_bits<model_under<zero_mirrored<1, 2>>, model_under<tf::mirrored<2>>>(adam);
+  check_same_bits<model_under<zero_mirrored<2, 4>>, model_under<tf::mirrored<4>>>(adam);
+  // swap_ema_weights and the fit's finalize give mirrored<2>'s weights, on every replica.
+  model_under<zero_mirrored<2, 2>> sharded{7};
+  model_under<tf::mirrored<2>> mirrored{7};
+  const tf::optimizers::adam plain_ema{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f};
+  train(sharded, plain_ema);
+  train(mirrored, plain_ema);
+  sharded.swap_ema_weights();
+  mirrored.swap_ema_weights();
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  sharded.swap_ema_weights();
+  mirrored.swap_ema_weights();
+  sharded.train_on_batch(batch_number(9));
+  mirrored.train_on_batch(batch_number(9));
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  CHECK(same_bits(sharded.replica_parameter_region(1), mirrored.parameter_region()));
+  sharded.finalize_variable_values();
+  mirrored.finalize_variable_values();
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  tf_testing::temp_dir a("typeflow_zero_test_ema_a"), b("typeflow_zero_test_ema_b");
+  CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
 }

@@ -80,14 +80,25 @@ struct optimizer_holder final : optimizer_base {
     return updated;
   }
   bool update_shards(const optimizers::sharded_update& update) override {
+    bool updated = true;
     if constexpr (!optimizers::updates_in_shards<Optimizer>()) {
       throw std::logic_error(std::string(Optimizer::name) + ": an optimizer without a rule cannot update in shards (zero<k>)");
     } else if constexpr (requires { optimizer.accumulate_and_update_shards(update); }) {
-      return optimizer.accumulate_and_update_shards(update);
+      updated = optimizer.accumulate_and_update_shards(update);
     } else {
       optimizers::apply_sharded_update(optimizer, update);
-      return true;
     }
+    // use_ema: each replica's shard of the average, beside its shard of the
+    // weights (a shard's arguments hold its pieces, offsets from its start),
+    // before the all-gather spreads any overwrite.
+    if (updated && ema.use_ema) {
+      auto average = [&](int s) {
+        const optimizers::update_arguments& a = update.arguments[static_cast<std::size_t>(s)];
+        if (a.floats > 0) optimizers::update_moving_average(a, a.slots[optimizer.slot_count()], ema, a.iteration);
+      };
+      update.run(average);
+    }
+    return updated;
   }
   bool update_weights(const optimizers::update_arguments& arguments) {
     if constexpr (requires { optimizer.accumulate_and_update(arguments); }) {

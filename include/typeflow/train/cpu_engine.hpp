@@ -85,15 +85,12 @@ class engine<Net, Policy, Strategy, cpu> {
   std::size_t arena_bytes() const { return memory_.size(); }
 
   template <class Optimizer, class Loss>
-  void check_compile(const Optimizer& optimizer, const Loss&) const {
-    if constexpr (sharded) {
+  void check_compile(const Optimizer&, const Loss&) const {
+    // use_ema under zero<k>: the average is one more sharded slot.
+    if constexpr (sharded)
       static_assert(optimizers::updates_in_shards<Optimizer>(),
                     "zero<k>: the optimizer must update in shards: sgd, adam, adamw, lion, rmsprop, an optimizer of "
                     "one's own with a rule(), or accumulate<K> of one (a custom update() sees the whole region)");
-      if (optimizers::ema_options_of(optimizer).use_ema)
-        throw std::invalid_argument(std::string(Optimizer::name) + ": use_ema under " + Strategy::name() +
-                                    " is not built yet (the moving average would be one more sharded slot)");
-    }
   }
 
   // Fresh optimizer state for training_'s optimizer; the weights stay.
@@ -284,7 +281,7 @@ class engine<Net, Policy, Strategy, cpu> {
     replicas_.restore_runs(saved.seed, saved.dropout_step);
   }
   // Optimizer slot s's region (after compile), for the EMA; none under
-  // zero<k>, which refuses use_ema (check_compile).
+  // zero<k>, whose replicas each hold a shard of it (slot_values gathers).
   std::span<float> slot_region(int s) {
     if constexpr (sharded)
       throw std::logic_error("slot_region: under " + Strategy::name() + " each replica holds a shard of slot " +

@@ -525,10 +525,10 @@ class model {
     training_.require_compiled("swap_ema_weights");
     const std::optional<int> slot = training_.optimizer->ema_slot();
     if (!slot) throw std::logic_error("swap_ema_weights: the optimizer was compiled without use_ema = true");
-    if constexpr (std::is_same_v<Device, cpu>) {
+    if constexpr (slot_in_place) {
       optimizers::swap_with_average(engine_.writable_parameters().data(), engine_.slot_region(*slot).data(),
                                     parameter_table<Net>::tensors());
-    } else {  // through the host copies; the device takes both before its next pass
+    } else {  // through whole copies (a GPU's, or zero<k>'s shards), which go back before the next step
       const std::span<float> weights = engine_.writable_parameters();
       std::vector<float> average = held_slot(*slot);
       optimizers::swap_with_average(weights.data(), average.data(), parameter_table<Net>::tensors());
@@ -545,7 +545,7 @@ class model {
     const std::optional<int> slot = training_.optimizer->ema_slot();
     if (!slot) return;
     float* weights = engine_.writable_parameters().data();
-    if constexpr (std::is_same_v<Device, cpu>) {
+    if constexpr (slot_in_place) {
       float* average = engine_.slot_region(*slot).data();
       if (training_.ema_in_weights)  // swapped in: the slot holds the raw weights, which go
         optimizers::copy_trainable(weights, average, parameter_table<Net>::tensors());
@@ -605,6 +605,9 @@ class model {
 
  private:
   // A copy of optimizer slot s as the engine holds it (a GPU's, through the host).
+  // Whether an optimizer slot is one region in host memory (the CPU's, not
+  // sharded by zero<k>); else held_slot copies it and set_slot_values puts it back.
+  static constexpr bool slot_in_place = std::is_same_v<Device, cpu> && !is_zero_v<Strategy>;
   std::vector<float> held_slot(int s) {
     const auto held = engine_.slot_values(s);
     return std::vector<float>(held.begin(), held.end());
