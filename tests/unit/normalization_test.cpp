@@ -577,73 +577,88 @@ TEST_CASE("summary counts batch_norm's statistics as non-trainable parameters") 
 // per-element functions as the CPU layer. Against the CPU executor, which
 // sums each feature over all rows in one go: the statistics agree to double
 // rounding, so every output, gradient and moving statistic to float's.
-TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer's results") {
+TEST_CASE("batch_norm on the GPU: its chunked sums, replayed, give the CPU layer's results, in a partial batch too") {
   namespace bm = tf::batch_norm_math;
   using layer = bound<tf::batch_normalization<{.momentum = 0.9f}>, tf::shape<6, 7, 5>>;  // 42 rows a sample
   constexpr int batch = 7, rows = batch * 42, n = 5;
-  layer_harness<layer, batch> cpu(true);
-  for (std::size_t i = 0; i < cpu.in.size(); ++i) cpu.in[i] = wobble(i, 1, -2.f, 3.f);
-  for (std::size_t i = 0; i < cpu.d_out.size(); ++i) cpu.d_out[i] = wobble(i, 2);
-  for (int j = 0; j < n; ++j) {
-    cpu.gamma()[j] = wobble(j, 3, 0.5f, 1.5f);
-    cpu.beta()[j] = wobble(j, 4);
-    cpu.moving_mean()[j] = wobble(j, 5);
-    cpu.moving_variance()[j] = wobble(j, 6, 0.5f, 2.f);
-  }
-  const std::vector<float> x = cpu.in, dy = cpu.d_out, gamma(cpu.gamma(), cpu.gamma() + n),
-                           beta(cpu.beta(), cpu.beta() + n);
-  std::vector<float> moving_mean(cpu.moving_mean(), cpu.moving_mean() + n),
-      moving_variance(cpu.moving_variance(), cpu.moving_variance() + n);
-  cpu.executor.forward();
-  cpu.executor.backward();
-
-  const bm::chunking k = bm::chunking_of(rows);
-  REQUIRE(k.chunks > 1);  // the replay must cross chunks
-  auto chunked = [&](auto&& term) {  // the two-stage sum of term(r) over the rows
-    double total = 0;
-    for (int c = 0; c < k.chunks; ++c) {
-      double s = 0;
-      for (int r = c * k.rows_per_chunk; r < std::min(rows, (c + 1) * k.rows_per_chunk); ++r) s += term(r);
-      total += s;
+  // All 7 samples, a last partial batch's 5, and a replica's share of none.
+  for (const int valid_samples : {-1, 5, 0}) {
+    INFO("valid samples " << valid_samples);
+    layer_harness<layer, batch> cpu(true);
+    cpu.run.valid_samples = valid_samples;
+    for (std::size_t i = 0; i < cpu.in.size(); ++i) cpu.in[i] = wobble(i, 1, -2.f, 3.f);
+    for (std::size_t i = 0; i < cpu.d_out.size(); ++i) cpu.d_out[i] = wobble(i, 2);
+    for (int j = 0; j < n; ++j) {
+      cpu.gamma()[j] = wobble(j, 3, 0.5f, 1.5f);
+      cpu.beta()[j] = wobble(j, 4);
+      cpu.moving_mean()[j] = wobble(j, 5);
+      cpu.moving_variance()[j] = wobble(j, 6, 0.5f, 2.f);
     }
-    return total;
-  };
-  const float update_weight = static_cast<float>(1.0 - 0.9);
-  std::vector<float> mean(n), inverse_std(n), y(x.size()), dx(x.size()), d_gamma(n), d_beta(n);
-  for (int j = 0; j < n; ++j) {
-    const double mean_d = chunked([&](int r) { return double{x[r * n + j]}; }) / rows;
-    const double variance = chunked([&](int r) {
-                              const double deviation = x[r * n + j] - mean_d;
-                              return deviation * deviation;
-                            }) / rows;
-    mean[j] = static_cast<float>(mean_d);
-    inverse_std[j] = bm::inverse_std_of(variance, 1e-3f);
-    moving_mean[j] = bm::moving_average_of(moving_mean[j], mean[j], 0.9f, update_weight);
-    moving_variance[j] = bm::moving_average_of(moving_variance[j], static_cast<float>(variance), 0.9f, update_weight);
+    const std::vector<float> x = cpu.in, dy = cpu.d_out, gamma(cpu.gamma(), cpu.gamma() + n),
+                             beta(cpu.beta(), cpu.beta() + n);
+    std::vector<float> moving_mean(cpu.moving_mean(), cpu.moving_mean() + n),
+        moving_variance(cpu.moving_variance(), cpu.moving_variance() + n);
+    const std::vector<float> moving_mean_before = moving_mean;
+    cpu.executor.forward();
+    cpu.executor.backward();
+
+    // The kernels' arithmetic: chunks of the shape's rows, each summing its live rows.
+    const bm::chunking k = bm::chunking_of(rows);
+    REQUIRE(k.chunks > 1);  // the replay must cross chunks
+    const int live = bm::live_rows_of(valid_samples, 42, rows);
+    CHECK(live == (valid_samples < 0 ? rows : valid_samples * 42));
+    const double count = bm::divisor_of(live);
+    auto chunked = [&](auto&& term) {  // the two-stage sum of term(r) over the live rows
+      double total = 0;
+      for (int c = 0; c < k.chunks; ++c) {
+        double s = 0;
+        for (int r = c * k.rows_per_chunk; r < bm::chunk_end(k, c, live); ++r) s += term(r);
+        total += s;
+      }
+      return total;
+    };
+    const float update_weight = static_cast<float>(1.0 - 0.9);
+    std::vector<float> mean(n), inverse_std(n), y(x.size()), dx(x.size()), d_gamma(n), d_beta(n);
+    for (int j = 0; j < n; ++j) {
+      const double mean_d = chunked([&](int r) { return double{x[r * n + j]}; }) / count;
+      const double variance = chunked([&](int r) {
+                                const double deviation = x[r * n + j] - mean_d;
+                                return deviation * deviation;
+                              }) / count;
+      mean[j] = static_cast<float>(mean_d);
+      inverse_std[j] = bm::inverse_std_of(variance, 1e-3f);
+      if (live == 0) continue;
+      moving_mean[j] = bm::moving_average_of(moving_mean[j], mean[j], 0.9f, update_weight);
+      moving_variance[j] = bm::moving_average_of(moving_variance[j], static_cast<float>(variance), 0.9f, update_weight);
+    }
+    for (std::size_t e = 0; e < x.size(); ++e) {
+      const int j = static_cast<int>(e % n);
+      y[e] = bm::normalized_output(x[e], mean[j], inverse_std[j], gamma.data(), beta.data(), j);
+    }
+    for (int j = 0; j < n; ++j) {
+      const double sum_dy = chunked([&](int r) { return double{dy[r * n + j]}; });
+      const double sum_dyn = chunked(
+          [&](int r) { return double{dy[r * n + j]} * bm::normalized_of(x[r * n + j], mean[j], inverse_std[j]); });
+      d_gamma[j] = static_cast<float>(sum_dyn);
+      d_beta[j] = static_cast<float>(sum_dy);
+      const float factor = gamma[j] * inverse_std[j];
+      for (int r = 0; r < rows; ++r)
+        dx[r * n + j] = r < live ? bm::normalized_gradient(dy[r * n + j], x[r * n + j], mean[j], inverse_std[j], factor,
+                                                           static_cast<float>(sum_dy / count),
+                                                           static_cast<float>(sum_dyn / count))
+                                 : 0.f;
+    }
+    const auto near = [](float a, float b) { return std::fabs(a - b) <= 2e-6f * (1.f + std::fabs(b)); };
+    for (int j = 0; j < n; ++j) {
+      CHECK(near(moving_mean[j], cpu.moving_mean()[j]));
+      CHECK(near(moving_variance[j], cpu.moving_variance()[j]));
+      CHECK(near(d_gamma[j], cpu.d_gamma()[j]));
+      CHECK(near(d_beta[j], cpu.d_beta()[j]));
+    }
+    if (live == 0) CHECK(copy_of(std::span<const float>(cpu.moving_mean(), n)) == moving_mean_before);
+    int off = 0;
+    for (std::size_t e = 0; e < x.size(); ++e) off += !near(y[e], cpu.out[e]) + !near(dx[e], cpu.d_in()[e]);
+    CHECK(off == 0);
+    if (live < rows) CHECK(cpu.d_in()[static_cast<std::size_t>(live) * n] == 0.f);  // the padding's gradient
   }
-  for (std::size_t e = 0; e < x.size(); ++e) {
-    const int j = static_cast<int>(e % n);
-    y[e] = bm::normalized_output(x[e], mean[j], inverse_std[j], gamma.data(), beta.data(), j);
-  }
-  for (int j = 0; j < n; ++j) {
-    const double sum_dy = chunked([&](int r) { return double{dy[r * n + j]}; });
-    const double sum_dyn = chunked(
-        [&](int r) { return double{dy[r * n + j]} * bm::normalized_of(x[r * n + j], mean[j], inverse_std[j]); });
-    d_gamma[j] = static_cast<float>(sum_dyn);
-    d_beta[j] = static_cast<float>(sum_dy);
-    const float factor = gamma[j] * inverse_std[j];
-    for (int r = 0; r < rows; ++r)
-      dx[r * n + j] = bm::normalized_gradient(dy[r * n + j], x[r * n + j], mean[j], inverse_std[j], factor,
-                                              static_cast<float>(sum_dy / rows), static_cast<float>(sum_dyn / rows));
-  }
-  const auto near = [](float a, float b) { return std::fabs(a - b) <= 2e-6f * (1.f + std::fabs(b)); };
-  for (int j = 0; j < n; ++j) {
-    CHECK(near(moving_mean[j], cpu.moving_mean()[j]));
-    CHECK(near(moving_variance[j], cpu.moving_variance()[j]));
-    CHECK(near(d_gamma[j], cpu.d_gamma()[j]));
-    CHECK(near(d_beta[j], cpu.d_beta()[j]));
-  }
-  int off = 0;
-  for (std::size_t e = 0; e < x.size(); ++e) off += !near(y[e], cpu.out[e]) + !near(dx[e], cpu.d_in()[e]);
-  CHECK(off == 0);
 }

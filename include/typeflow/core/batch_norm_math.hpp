@@ -7,6 +7,7 @@
 //   moving_average_of       the moving statistic's update (Keras 3's)
 //   normalized_output       gamma * (x - mean) * inverse_std + beta
 //   normalized_gradient     d_in from d_out and the batch's sums
+//   live_rows_of            the rows a partial batch's statistics count
 #pragma once
 
 #include <cmath>
@@ -25,6 +26,21 @@ TYPEFLOW_HOST_DEVICE chunking chunking_of(int rows) {
   const int wanted = rows < most_chunks ? (rows > 0 ? rows : 1) : most_chunks;
   const int per = (rows + wanted - 1) / wanted;
   return {per > 0 ? per : 1, per > 0 ? (rows + per - 1) / per : 1};
+}
+
+// The rows a training batch's statistics count: all `rows`, or in a last
+// partial batch the valid samples' (valid_samples < 0: every sample is).
+TYPEFLOW_HOST_DEVICE int live_rows_of(int valid_samples, int rows_per_sample, int rows) {
+  return valid_samples < 0 || valid_samples * rows_per_sample >= rows ? rows : valid_samples * rows_per_sample;
+}
+// What the sums over the live rows are divided by: their count, or 1 where
+// there are none (a replica without samples: its statistics are 0, and the
+// moving ones stay).
+TYPEFLOW_HOST_DEVICE double divisor_of(int live_rows) { return live_rows > 0 ? live_rows : 1; }
+// Chunk c's rows of the live ones: [c * per, min((c + 1) * per, live)).
+TYPEFLOW_HOST_DEVICE int chunk_end(chunking k, int c, int live_rows) {
+  const int end = (c + 1) * k.rows_per_chunk;
+  return end < live_rows ? end : live_rows;
 }
 
 TYPEFLOW_HOST_DEVICE float inverse_std_of(double variance, float epsilon) {

@@ -53,8 +53,6 @@ class rebatch_dataset {
     const std::int64_t batches = source_.cardinality();
     return batches == infinite_cardinality || batches == 0 ? batches : unknown_cardinality;
   }
-  // Batches of exactly M samples, where the rows are counted.
-  std::int64_t full_batches() const { return end_ == all_rows ? cardinality() : (end_ - begin_) / M; }
 
   class cursor {
    public:

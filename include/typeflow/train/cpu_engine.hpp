@@ -113,9 +113,6 @@ class engine<Net, Policy, Strategy, cpu> {
     using label_type = typename Batch::label_value;
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
-    // A last partial batch trains (train/training_step.hpp); batch_norm's
-    // statistics count its valid samples only (run_state::valid_samples).
-    static constexpr bool partial_batches = true;
     using program_type = step_program<Net, shard, cpu>;
     static constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
     static constexpr std::size_t labels_per_shard = shard * Batch::label_type::size;

@@ -162,10 +162,10 @@ class engine<Net, Policy, Strategy, cuda> {
     static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
     static constexpr int rows = shard * static_cast<int>(rows_per_sample);
-    // A last partial batch trains (train/training_step.hpp) unless batch
-    // statistics would count its padding: the captured step keeps its row
-    // count, and the row weights mask the padding (stage_row_weights).
-    static constexpr bool partial_batches = !parameter_table<Net>::has_statistics;
+    // A last partial batch (train/training_step.hpp): the captured step
+    // keeps its row count, the row weights mask the padding
+    // (stage_row_weights), and batch_norm's statistics count the samples the
+    // step values say are present (backend/cuda/context.hpp).
 
     // One replica's share of the launch, enqueued on its compute stream.
     struct replica_step {
@@ -210,13 +210,18 @@ class engine<Net, Policy, Strategy, cuda> {
     void stage(const Batch& batch, int parity) {
       e.template stage<shard>(batch, parity);
       e.weighted_[static_cast<std::size_t>(parity)] = e.template stage_row_weights<shard>(batch, parity);
+      e.staged_valid_[static_cast<std::size_t>(parity)] = batch.valid;
     }
     void begin(int parity) {
       ++e.steps_;
-      for (auto& r : e.replicas_) {
+      const int valid = e.staged_valid_[static_cast<std::size_t>(parity)];
+      for (std::size_t k = 0; k < e.replicas_.size(); ++k) {
+        auto& r = e.replicas_[k];
         backend::cuda::device_guard on(r->device);
         r->staging[static_cast<std::size_t>(parity)].copied.wait_on(r->compute.get());
-        r->step_host.template data<backend::cuda::step_values>()->step = e.steps_;
+        auto* values = r->step_host.template data<backend::cuda::step_values>();
+        values->step = e.steps_;
+        values->valid_samples = valid < Batch::size ? replica_valid(valid, static_cast<int>(k), shard) : -1;
         r->optimizer->prepare(e.training_.iterations + 1, r->compute.get());
       }
     }
@@ -583,6 +588,7 @@ class engine<Net, Policy, Strategy, cuda> {
   std::uint64_t seed_;             // the model's
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
   std::array<bool, 2> weighted_{};  // whether each parity's staged step weighs its rows (stage_row_weights)
+  std::array<int, 2> staged_valid_{};  // each parity's staged batch's samples
   mutable std::array<std::vector<float>, training_state<Net>::max_slots> slots_host_;  // slot_values()' copies
   std::vector<std::vector<float>> pending_slots_;  // set_slot_values' slots, until every arena is laid out
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})

@@ -108,12 +108,10 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     throw std::invalid_argument("fit: validation_steps must be positive, or -1 for all of validation_data (got " +
                                 std::to_string(options.validation_steps) + ")");
   const std::int64_t step_limit = options.steps_per_epoch;  // -1: none
-  // A batch fit trains: a full one, or a last partial one where the device trains it (training_step.hpp).
-  const auto trains = [](const batch_type& b) { return b.valid == batch_type::size || (Steps::partial_batches && b.valid > 0); };
-  std::int64_t full_batches = train.cardinality() < 0          ? -1
-                              : Steps::partial_batches ? train.cardinality()
-                                                       : training_state<Net>::full_batch_count(train);
-  if (step_limit > 0) full_batches = full_batches < 0 ? step_limit : std::min(full_batches, step_limit);
+  // A batch fit trains: a full one, or a last partial one (training_step.hpp).
+  const auto trains = [](const batch_type& b) { return b.valid > 0; };
+  std::int64_t epoch_steps = train.cardinality() < 0 ? -1 : train.cardinality();
+  if (step_limit > 0) epoch_steps = epoch_steps < 0 ? step_limit : std::min(epoch_steps, step_limit);
   // validation_steps: the first batches of the validation data only.
   data::any_dataset<batch_type> validation = options.validation_data;
   if (options.validation_data && options.validation_steps > 0)
@@ -155,7 +153,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   }
 
   for (int epoch = position.epoch; epoch < options.epochs; ++epoch) {
-    const epoch_info info{epoch, options.epochs, full_batches};
+    const epoch_info info{epoch, options.epochs, epoch_steps};
     position.epoch = epoch;
     position.step = 0;
     for (auto* c : callbacks) c->on_epoch_begin(info);
@@ -222,12 +220,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       parity = 1 - parity;
     }
     if (step == 0 && !terminated)
-      throw std::invalid_argument(
-          Steps::partial_batches
-              ? "fit: epoch " + std::to_string(epoch + 1) + " had no sample to train on; the dataset is empty"
-              : "fit: epoch " + std::to_string(epoch + 1) + " had no full batch of " + std::to_string(batch_type::size) +
-                    " samples to train on; the dataset is smaller than one batch (a partial batch trains only "
-                    "on the CPU, without batch_normalization)");
+      throw std::invalid_argument("fit: epoch " + std::to_string(epoch + 1) +
+                                  " had no sample to train on; the dataset is empty");
     epoch_logs = step_logs;
     if (options.validation_data) {
       for (auto* c : callbacks) c->on_test_begin();

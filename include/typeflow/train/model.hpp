@@ -187,8 +187,7 @@ class model {
 
   // Trains for options.epochs passes over `train`, a batched dataset whose
   // batch size N is part of its type. A last partial batch trains, as in
-  // Keras (on tf::cuda not for a network with batch_normalization:
-  // train/training_step.hpp).
+  // Keras (train/training_step.hpp).
   template <data::batched_dataset Dataset>
   history fit(const Dataset& train, fit_options<typename Dataset::element_type> options = {}) {
     using batch_type = typename Dataset::element_type;
@@ -223,7 +222,7 @@ class model {
     check_batch_size<N>("train_on_batch");
     check_budget<N>(training_.slots, "train_on_batch");
     auto steps = engine_.template steps<batch_type>();
-    training_state<Net>::check_trainable(batch, decltype(steps)::partial_batches);
+    training_state<Net>::check_trainable(batch);
     try {
       steps.stage(batch, 0);
       steps.launch(0);

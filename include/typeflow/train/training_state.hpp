@@ -359,25 +359,13 @@ class training_state {
     check_label_form<Batch>(where);
   }
 
-  // A batch train_on_batch can step on: full, or (where partial batches
-  // train, train/training_step.hpp) at least one sample.
+  // A batch train_on_batch can step on: at least one sample (a partial
+  // batch trains, train/training_step.hpp).
   template <class Batch>
-  static void check_trainable(const Batch& batch, bool partial_batches) {
-    if (batch.valid == Batch::size || (partial_batches && batch.valid > 0)) return;
-    throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
-                                std::to_string(Batch::size) + " samples; " +
-                                (partial_batches ? "a step needs at least one"
-                                                 : "this model's training steps take full batches (batch statistics, "
-                                                   "or tf::cuda)"));
-  }
-
-  // Steps per epoch: cardinality counts a last partial batch, which fit drops.
-  template <class Dataset>
-  static std::int64_t full_batch_count(const Dataset& d) {
-    if constexpr (requires { d.full_batches(); })
-      return d.full_batches();
-    else
-      return d.cardinality();
+  static void check_trainable(const Batch& batch) {
+    if (batch.valid <= 0)
+      throw std::invalid_argument("train_on_batch: the batch holds " + std::to_string(batch.valid) + " of " +
+                                  std::to_string(Batch::size) + " samples; a step needs at least one");
   }
 
   void reset_metrics() {

@@ -18,9 +18,7 @@
 // captures it once as a CUDA graph and replays it; several GPUs, or
 // workers, enqueue it with NCCL between the replicas' layers.
 //
-// A last partial batch (valid < N samples) trains where the device's ops
-// allow it (partial_batches: the CPU always, a GPU for a network without
-// batch statistics): the
+// A last partial batch (valid < N samples) trains, on both devices: the
 // padding rows are zeros with no loss and no gradient, so every product runs
 // on the full batch and the gradients are those of the valid rows; the
 // loss's mean, the metrics and the means fit logs count the valid rows only,
@@ -28,15 +26,13 @@
 // samples (replica_valid), and its loss gradient is weighed by that share so
 // that the all-reduce gives the mean over them. The CPU's loss takes the
 // valid row count; a GPU's captured step keeps its row count and weighs its
-// rows instead (train/row_weights.hpp). On the CPU batch_norm's statistics
-// count the valid samples only (run_state::valid_samples); on a GPU a
-// network with batch_normalization drops a partial batch (its statistics
-// would count the padding).
+// rows instead (train/row_weights.hpp). batch_norm's statistics count the
+// valid samples only (run_state::valid_samples on the CPU, the step values'
+// valid_samples on a GPU).
 //
 // Ops (train/cpu_engine.hpp's and train/cuda_engine.hpp's engine::step_ops)
 // provide, for one batch type:
-//   batch_type, replicas (in this process), shard (samples per replica),
-//   partial_batches
+//   batch_type, replicas (in this process), shard (samples per replica)
 //   check(batch)                       the device's own checks (may throw std::logic_error)
 //   stage(batch, parity)               batch k (parity k % 2) toward the replicas
 //   begin(parity)                      the step's counters
@@ -102,10 +98,6 @@ class training_steps {
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
 
  public:
-  // Whether a last partial batch trains, as in Keras (train/training_step.hpp's
-  // note on partial batches); else fit drops it.
-  static constexpr bool partial_batches = Ops::partial_batches;
-
   training_steps(training_state<Net>& training, Ops ops) : training_(training), ops_(std::move(ops)) {}
 
   void stage(const batch_type& batch, int parity) {

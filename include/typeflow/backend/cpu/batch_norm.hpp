@@ -73,7 +73,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
       }
       if (!d_in) continue;
       float mean_dy[column_block], mean_dy_normalized[column_block], factor[column_block];
-      const double count = live > 0 ? static_cast<double>(live) : 1.0;
+      const double count = batch_norm_math::divisor_of(static_cast<int>(live));
       for (std::ptrdiff_t j = j0; j < j1; ++j) {
         mean_dy[j - j0] = static_cast<float>(sum_dy[j - j0] / count);
         mean_dy_normalized[j - j0] = static_cast<float>(sum_dy_normalized[j - j0] / count);
@@ -95,8 +95,8 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
  private:
   // The rows the batch's statistics count: all, or a partial batch's valid ones.
   std::ptrdiff_t live_rows() const {
-    const int valid = io_.run->valid_samples;
-    return valid < 0 || valid >= Batch ? rows : static_cast<std::ptrdiff_t>(valid) * Layer::rows_per_sample;
+    return batch_norm_math::live_rows_of(io_.run->valid_samples, static_cast<int>(Layer::rows_per_sample),
+                                         static_cast<int>(rows));
   }
   float* batch_mean() const { return reinterpret_cast<float*>(io_.workspace); }
   float* batch_inverse_std() const { return reinterpret_cast<float*>(io_.workspace) + n; }
@@ -115,7 +115,7 @@ class executor<batch_normalization<Options, Initializers...>, Layer, Batch, cpu>
   // passes, summed in double), the moving statistics' update, and the output.
   void forward_training() {
     const std::ptrdiff_t live = live_rows();
-    const double count = live > 0 ? static_cast<double>(live) : 1.0;
+    const double count = batch_norm_math::divisor_of(static_cast<int>(live));
     const float* in = io_.in;
     float* out = io_.out;
     float* mean = batch_mean();

@@ -19,7 +19,15 @@ namespace typeflow::backend::cuda {
 // memory (the host refreshes them before each launch).
 struct step_values {
   std::uint64_t step = 0;  // the training step, as run_state::step on the CPU (dropout's counter)
+  // The replica's samples present in a last partial batch, as
+  // run_state::valid_samples on the CPU (batch_norm's statistics); -1: all.
+  std::int32_t valid_samples = -1;
 };
+// Where step_values::valid_samples lies in the device's copy.
+inline const std::int32_t* valid_samples_on_device(const step_values* on_device) {
+  return reinterpret_cast<const std::int32_t*>(reinterpret_cast<const std::byte*>(on_device) +
+                                               offsetof(step_values, valid_samples));
+}
 
 struct context {
   cudaStream_t stream = nullptr;          // where every executor enqueues

@@ -412,7 +412,8 @@ class batch_norm_executor {
     if (!io_.run || io_.run->training)
       batch_norm_forward_training(io_.in, io_.out, gamma(), beta(), param<Layer::moving_mean_index>(),
                                   param<Layer::moving_variance_index>(), mean(), inverse_std(), rows, n,
-                                  Options.momentum, Options.epsilon, scratch_, s);
+                                  Options.momentum, Options.epsilon, scratch_, s, valid_samples(),
+                                  static_cast<int>(Layer::rows_per_sample));
     else
       batch_norm_forward_inference(io_.in, io_.out, gamma(), beta(), param<Layer::moving_mean_index>(),
                                    param<Layer::moving_variance_index>(), rows, n, Options.epsilon, s);
@@ -423,10 +424,15 @@ class batch_norm_executor {
     if constexpr (Layer::has_gamma) d_gamma = io_.grads + params::template offset<Layer::gamma_index>;
     if constexpr (Layer::has_beta) d_beta = io_.grads + params::template offset<Layer::beta_index>;
     batch_norm_backward(io_.in, io_.d_out, io_.d_in, gamma(), mean(), inverse_std(), d_gamma, d_beta, rows, n,
-                        scratch_, io_.context->stream);
+                        scratch_, io_.context->stream, valid_samples(), static_cast<int>(Layer::rows_per_sample));
   }
 
  private:
+  // A last partial batch's samples on this replica, in the device's step
+  // values (cuda_engine.hpp sets them each step); null outside a step program.
+  const std::int32_t* valid_samples() const {
+    return io_.context->step ? valid_samples_on_device(io_.context->step) : nullptr;
+  }
   template <std::size_t I>
   float* param() const {
     return io_.params + params::template offset<I>;
