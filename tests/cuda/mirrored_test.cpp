@@ -70,3 +70,28 @@ TEST_CASE("cuda mirrored<2>: evaluate and predict run on replica 0 after trainin
   two.fit(dataset(d), {.epochs = 1, .verbose = 0});  // training again after evaluation rebuilt replica 0
   CHECK(two.replica_parameter_region(0) == two.replica_parameter_region(1));
 }
+
+TEST_CASE("cuda mirrored<2, sync_batch_norm_statistics>: the replicas' moving statistics are their mean, as on the CPU") {
+  if (!have_two_devices()) return;
+  using normalized = tf::sequential<tf::input<32>, tf::dense<16>, tf::batch_norm, tf::relu, tf::dense<10>>;
+  using synced = tf::mirrored<2, tf::sync_batch_norm_statistics>;
+  const toy_data d = make_data();
+  tf::model<normalized, tf::float32, synced> cpu(seed);
+  tf::model<normalized, tf::float32, synced, tf::cuda> gpu(seed);
+  cpu.compile(tf::optimizers::sgd{.learning_rate = 0.05f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  gpu.compile(tf::optimizers::sgd{.learning_rate = 0.05f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  cpu.fit(dataset(d), {.epochs = 1, .verbose = 0});
+  gpu.fit(dataset(d), {.epochs = 1, .verbose = 0});
+  const std::vector<float> g0 = gpu.replica_parameter_region(0), g1 = gpu.replica_parameter_region(1);
+  const auto c0 = cpu.parameter_region();
+  CHECK(g0 == g1);  // the weights by the same update, the statistics by their mean
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < c0.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{c0[i]} - g0[i]));
+    largest = std::max(largest, std::fabs(double{c0[i]}));
+  }
+  INFO("largest difference to the CPU's " << worst << " of values up to " << largest);
+  CHECK(worst < 1e-3 * largest);
+}

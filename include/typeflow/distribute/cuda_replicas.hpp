@@ -128,6 +128,12 @@ class cuda_replicas {
       s.synchronize();
   }
 
+  // mirrored<N>: buffers[k] (on replica k's device) become their mean, on
+  // streams[k]; what names the collective in an error.
+  void average(float* const* buffers, std::size_t floats, const cudaStream_t* streams, const char* what) {
+    if constexpr (count > 1) nccl_->all_reduce_mean(buffers, floats, streams, what);
+  }
+
   // multi_worker: rank 0's weights to every worker, on `s`, waited for.
   // Returns whether the weights there may now differ from this process's
   // host copy (they are rank 0's).

@@ -189,8 +189,10 @@ class nccl_communicators {
   // i < count. buffers[r] lives on device r; the all-reduce runs on
   // streams[r] (one per replica, each on its replica's device), ordered after
   // the work already there. Capturable.
-  void all_reduce_mean(float* const* buffers, std::size_t count, cudaStream_t const* streams) {
-    grouped("ncclAllReduce (the gradient all-reduce)", buffers, count, [&](int r) {
+  // what: the collective, as an error names it.
+  void all_reduce_mean(float* const* buffers, std::size_t count, cudaStream_t const* streams,
+                       const char* what = "ncclAllReduce (the gradient all-reduce)") {
+    grouped(what, buffers, count, [&](int r) {
       return ncclAllReduce(buffers[r], buffers[r], count, ncclFloat, ncclAvg, comms_[r], streams[r]);
     });
   }

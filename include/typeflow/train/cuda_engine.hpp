@@ -69,9 +69,6 @@ template <class Net, class Policy, class Strategy>
 class engine<Net, Policy, Strategy, cuda> {
   using replication = cuda_replicas<Net, Strategy>;
   static constexpr bool across_processes = replication::across_processes;
-  static_assert(!Strategy::sync_statistics,
-                "model<Net, Policy, mirrored<N, sync_batch_norm_statistics>, cuda>: synchronised batch_norm statistics are "
-                "not on tf::cuda yet (each replica keeps its own, as mirrored<N> does)");
   using plan0 = memory_plan<Net, 0, 0>;
   template <int N>
   using program_type = step_program<Net, N, cuda>;
@@ -269,6 +266,7 @@ class engine<Net, Policy, Strategy, cuda> {
         backend::cuda::device_guard on(r->device);
         e.template record_update<shard>(*r, r->compute.get());
       }
+      if constexpr (Strategy::sync_statistics) e.average_statistics();
     }
     step_outcome outcome(int) { return e.template step_outcome_of<shard>(); }
     const float* outputs(int r, int) const { return e.replicas_[static_cast<std::size_t>(r)]->results() + rows; }
@@ -445,6 +443,23 @@ class engine<Net, Policy, Strategy, cuda> {
     for (int r = 0; r < replica_count; ++r)
       replicas_[static_cast<std::size_t>(r)]->stage(batch.features.data() + r * features_per_shard,
                                                    batch.labels.data() + r * labels_per_shard, parity);
+  }
+
+  // mirrored<N, sync_batch_norm_statistics>: every replica's batch_norm
+  // moving statistics become their mean, after each step. The CPU averages
+  // them after each update (train/cpu_replicas.hpp); a moving average is
+  // linear in the batch statistics, so averaging after every step gives the
+  // same statistics at every update.
+  void average_statistics() {
+    std::array<cudaStream_t, replica_count> streams{};
+    std::array<float*, replica_count> buffers{};
+    for (std::size_t k = 0; k < replicas_.size(); ++k) streams[k] = replicas_[k]->compute.get();
+    for (const auto& t : parameter_table<Net>::tensors()) {
+      if (t.kind != param_kind::statistic) continue;
+      for (std::size_t k = 0; k < replicas_.size(); ++k)
+        buffers[k] = reinterpret_cast<float*>(replicas_[k]->arena.data()) + t.offset;
+      replication_.average(buffers.data(), t.size, streams.data(), "ncclAllReduce (the batch_norm statistics' mean)");
+    }
   }
 
   // Each replica's row weights for a staged batch, and their upload
