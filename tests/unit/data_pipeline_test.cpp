@@ -679,7 +679,7 @@ TEST_CASE("cache(path) of batches round-trips features, labels and valid") {
   CHECK(replay[2].valid == 2);
 }
 
-TEST_CASE("cache(path) of weighted batches round-trips the sample weights; unbatch refuses them") {
+TEST_CASE("cache(path) of weighted batches round-trips the sample weights, and unbatch refuses them") {
   temp_dir dir;
   std::vector<float> features(10), weights;
   std::vector<std::int32_t> labels(10);

@@ -257,7 +257,7 @@ TEST_CASE("fit under zero<2, mirrored<2>> gives mirrored<2>'s history and weight
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
 }
 
-TEST_CASE("use_ema under zero<k>: the average is one more sharded slot, mirrored<N>'s bits; swap and finalize") {
+TEST_CASE("use_ema under zero<k>: the average is one more sharded slot, mirrored<N>'s bits, swap and finalize too") {
   // ema_overwrite_frequency = 3: the third update overwrites the weights on each shard's owner,
   // and the all-gather carries it to every replica.
   const tf::optimizers::adam adam{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f,
