@@ -261,7 +261,16 @@ class engine<Net, Policy, Strategy, cuda> {
         });
       }
     }
+    // The step's mean loss first: without loss scaling a non-finite one
+    // refuses the update on the device, as the CPU refuses it (the NaN
+    // policy); the replicas of this process average theirs before, so that
+    // all refuse alike. Then the update.
     void update() {
+      for (auto& r : e.replicas_) {
+        backend::cuda::device_guard on(r->device);
+        e.template record_loss<shard>(*r, r->compute.get());
+      }
+      if constexpr (replica_count > 1 && !loss_scaling) e.average_losses();
       for (auto& r : e.replicas_) {
         backend::cuda::device_guard on(r->device);
         e.template record_update<shard>(*r, r->compute.get());
@@ -478,10 +487,28 @@ class engine<Net, Policy, Strategy, cuda> {
     return true;
   }
 
-  // The step's end: the optimizer, then what the host reads back: the step
-  // state, the mean loss (reduced on the device), and the outputs only when
-  // a metric reads them (a language model's logits are most of a step's
-  // memory traffic otherwise).
+  // The step's mean loss, reduced on the device into the replica's scalars.
+  template <int Shard>
+  void record_loss(replica& r, cudaStream_t s) {
+    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
+    backend::cuda::mean_of(program_of<Shard>(r).row_losses(), rows, r.step_scalars.template data<float>(), s);
+  }
+  // mirrored<N>: the replicas' mean losses become their mean (the host's
+  // figure is that mean either way), so that their NaN verdicts agree.
+  void average_losses() {
+    std::array<cudaStream_t, replica_count> streams{};
+    std::array<float*, replica_count> buffers{};
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      streams[k] = replicas_[k]->compute.get();
+      buffers[k] = replicas_[k]->step_scalars.template data<float>();
+    }
+    replication_.average(buffers.data(), 1, streams.data(), "ncclAllReduce (the step's mean loss)");
+  }
+
+  // The step's end: the optimizer (refusing the update for a non-finite
+  // loss without loss scaling), then what the host reads back: the step
+  // state, the mean loss, and the outputs only when a metric reads them (a
+  // language model's logits are most of a step's memory traffic otherwise).
   template <int Shard>
   void record_update(replica& r, cudaStream_t s) {
     constexpr int rows = Shard * static_cast<int>(rows_per_sample);
@@ -497,10 +524,10 @@ class engine<Net, Policy, Strategy, cuda> {
           r.regularization_table.template data<backend::cuda::regularization_entry>(), r.regularized_tensors,
           loss_scaling ? &r.optimizer->state()->loss_scale : nullptr, scalars + 1,
           r.regularization_partials.template data<double>(), s);
-    r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s);
+    r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s,
+                               loss_scaling ? nullptr : scalars);
     TYPEFLOW_CUDA_CHECK(
         cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
-    backend::cuda::mean_of(program.row_losses(), rows, scalars, s);
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     if (!training_.metrics.empty())

@@ -137,8 +137,7 @@ class training_steps {
     const step_outcome outcome = ops_.outcome(parity);
     const double loss = outcome.loss + outcome.penalty;
     // The NaN policy (train/non_finite.hpp): the weights are the last good
-    // step's (the CPU refuses the update for a non-finite loss too; a GPU
-    // has applied it by the time the host reads the loss).
+    // step's (both devices refuse the update for a non-finite loss too).
     if constexpr (!LossScaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
       if (outcome.gradients_refused) throw non_finite_gradient<Net>(ops_.gradients().data());

@@ -39,9 +39,12 @@ class device_optimizer_base {
   // enqueues the write of its constants on `stream` (outside any capture).
   virtual void prepare(std::int64_t iteration, cudaStream_t stream) = 0;
   // Recorded into the step: statistics over the gradients, the update of
-  // the weights and slots in `arena`, and the step state's advance.
+  // the weights and slots in `arena`, and the step state's advance. loss
+  // (device memory, nullable): the step's mean loss, which refuses the
+  // update when it is not finite (without loss scaling, as the CPU does).
   virtual void record_update(std::byte* arena, std::size_t gradients_offset,
-                             const std::array<std::size_t, 8>& slot_offsets, cudaStream_t stream) = 0;
+                             const std::array<std::size_t, 8>& slot_offsets, cudaStream_t stream,
+                             const float* loss) = 0;
 };
 
 // Optimizer: a rule optimizer, which must outlive this (training_state's);
@@ -90,7 +93,7 @@ class device_optimizer final : public device_optimizer_base {
   }
 
   void record_update(std::byte* arena, std::size_t gradients_offset, const std::array<std::size_t, 8>& slot_offsets,
-                     cudaStream_t stream) override {
+                     cudaStream_t stream, const float* loss) override {
     float* weights = reinterpret_cast<float*>(arena);
     float* grads = reinterpret_cast<float*>(arena + gradients_offset);
     slot_pointers slots;
@@ -100,7 +103,7 @@ class device_optimizer final : public device_optimizer_base {
     auto* state = state_.template data<optimizers::device::step_state>();
     // Unscaled, checked (all_finite) and, without accumulation, measured for clipping.
     gradient_statistics(grads, plan_, state, statistics, tensor_norms_.template data<double>(), workspace_.data(),
-                        workspace_.size(), stream);
+                        workspace_.size(), stream, loss);
     const optimizers::device::gradient_statistics* update_statistics = statistics;
     if constexpr (accumulates) {
       // The accumulator takes the micro-batch; on the K-th the gradients

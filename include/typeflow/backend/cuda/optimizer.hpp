@@ -103,10 +103,12 @@ struct slot_pointers {
 // unscaling. tensor_squared_norms (device, one double per plan tensor,
 // nullable) gets each tensor's squared norm (0 for statistics); clipnorm
 // needs it. workspace: device memory of plan.statistics_workspace_bytes()
-// bytes, 8-byte aligned, not shared with a concurrent call.
+// bytes, 8-byte aligned, not shared with a concurrent call. loss (device
+// memory, nullable): the step's mean loss; a non-finite one makes the step
+// not finite too, so that the update is refused as the CPU refuses it.
 void gradient_statistics(float* grads, const device_update_plan& plan, const optimizer_device::step_state* state,
                          optimizer_device::gradient_statistics* result, double* tensor_squared_norms, void* workspace,
-                         std::size_t workspace_bytes, cudaStream_t stream);
+                         std::size_t workspace_bytes, cudaStream_t stream, const float* loss = nullptr);
 
 // The same with the factor given now (eager use; a captured graph would
 // replay this value).

@@ -96,7 +96,8 @@ __global__ void statistics_chunks_kernel(float* grads, update_plan_view plan, co
 template <int = 0>
 __global__ void statistics_finish_kernel(update_plan_view plan, const double* partial_sum,
                                          const std::int32_t* partial_bad,
-                                         optimizer_device::gradient_statistics* result, double* tensor_squared_norms) {
+                                         optimizer_device::gradient_statistics* result, double* tensor_squared_norms,
+                                         const float* loss) {
   __shared__ double shared_sum[32];
   __shared__ int shared_bad[32];
   double sum = 0;
@@ -108,7 +109,7 @@ __global__ void statistics_finish_kernel(update_plan_view plan, const double* pa
   block_reduce(sum, bad, shared_sum, shared_bad);
   if (threadIdx.x == 0) {
     result->squared_norm = sum;
-    result->all_finite = bad == 0;
+    result->all_finite = bad == 0 && (!loss || isfinite(*loss));
     result->reserved = 0;
   }
   if (!tensor_squared_norms) return;
@@ -299,7 +300,8 @@ namespace detail {
 inline void launch_gradient_statistics(float* grads, const device_update_plan& plan,
                                        const optimizer_device::step_state* state, float inverse_value,
                                        optimizer_device::gradient_statistics* result, double* tensor_squared_norms,
-                                       void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                                       void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                                       const float* loss) {
   const update_plan_view& view = plan.view();
   if (!result) throw std::invalid_argument("typeflow cuda gradient_statistics: result is required");
   if (workspace_bytes < plan.statistics_workspace_bytes() || (view.chunk_count && !workspace) ||
@@ -315,23 +317,23 @@ inline void launch_gradient_statistics(float* grads, const device_update_plan& p
     TYPEFLOW_CUDA_CHECK_LAUNCH();
   }
   statistics_finish_kernel<><<<1, statistics_finish_threads, 0, stream>>>(view, partial_sum, partial_bad, result,
-                                                                         tensor_squared_norms);
+                                                                         tensor_squared_norms, loss);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 }  // namespace detail
 
 void gradient_statistics(float* grads, const device_update_plan& plan, const optimizer_device::step_state* state,
                                 optimizer_device::gradient_statistics* result, double* tensor_squared_norms,
-                                void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                                void* workspace, std::size_t workspace_bytes, cudaStream_t stream, const float* loss) {
   detail::launch_gradient_statistics(grads, plan, state, 1.f, result, tensor_squared_norms, workspace, workspace_bytes,
-                                     stream);
+                                     stream, loss);
 }
 
 void gradient_statistics(float* grads, const device_update_plan& plan, float inverse_loss_scale,
                                 optimizer_device::gradient_statistics* result, double* tensor_squared_norms,
                                 void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   detail::launch_gradient_statistics(grads, plan, nullptr, inverse_loss_scale, result, tensor_squared_norms, workspace,
-                                     workspace_bytes, stream);
+                                     workspace_bytes, stream, nullptr);
 }
 
 template <class Rule>
