@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -119,24 +120,26 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   batch_type batch;
   logs step_logs, epoch_logs;
   using clock = std::chrono::steady_clock;
-  // The logs after a step: the epoch's means so far, and the run's gauges.
-  const auto fill_step_logs = [&](std::int64_t steps_timed, clock::duration waited, clock::duration stepped) {
+  // The logs after a step: the epoch's means so far, and the run's gauges
+  // over the samples trained since the epoch (re)started (a last partial
+  // batch counts its valid samples: mfu and tokens/s count the model's work).
+  const auto fill_step_logs = [&](std::int64_t samples_timed, clock::duration waited, clock::duration stepped) {
     state.fill_logs(step_logs, "");
     if constexpr (LossScaling) {  // mixed_float16: Keras's LossScaleOptimizer state
       step_logs.set("loss_scale", steps.loss_scale());
       step_logs.set("skipped_steps", static_cast<double>(steps.skipped_steps()));
     }
     step_logs.set("learning_rate", state.optimizer->learning_rate(state.iterations + 1));  // the next update's
-    if (steps_timed == 0) return;
+    if (samples_timed == 0) return;
     const double seconds = std::chrono::duration<double>(waited + stepped).count();
     step_logs.set("input_wait_fraction", std::chrono::duration<double>(waited).count() / seconds);
     const double step_seconds = std::chrono::duration<double>(stepped).count();
     if (options.peak_flops > 0 && step_seconds > 0)  // the model's FLOPs per second over the machine's peak
-      step_logs.set("mfu", static_cast<double>(steps_timed) * training_flops_per_step<Net, batch_type::size> /
-                               step_seconds / options.peak_flops);
+      step_logs.set("mfu", static_cast<double>(samples_timed) * training_flops_per_step<Net, 1> / step_seconds /
+                               options.peak_flops);
     if constexpr (std::is_same_v<typename Net::input_dtype, int32>)  // a language model: tokens per second
       step_logs.set("tokens_per_second",
-                    static_cast<double>(steps_timed * batch_type::size * Net::input_shape_type::size) / seconds);
+                    static_cast<double>(samples_timed * static_cast<std::int64_t>(Net::input_shape_type::size)) / seconds);
   };
   for (auto* c : callbacks) c->on_train_begin();
 
@@ -173,15 +176,19 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       fill_step_logs(0, {}, {});
     }
     resume.reset();
-    const std::int64_t first_step = step;
     const std::int64_t updates_before = state.iterations;
     std::int64_t skipped_before = 0;
     if constexpr (LossScaling) skipped_before = steps.skipped_steps();
     clock::duration waited{}, stepped{};
+    std::int64_t samples_timed = 0;
+    std::array<int, 2> staged_samples{};  // each parity's staged batch's valid samples
     int parity = 0;
     auto mark = clock::now();
     bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) && trains(batch);
-    if (have) steps.stage(batch, parity);
+    if (have) {
+      steps.stage(batch, parity);
+      staged_samples[0] = batch.valid;
+    }
     waited += clock::now() - mark;
     while (have) {
       bool next = false;
@@ -192,7 +199,10 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         stepped += clock::now() - mark;
         mark = clock::now();
         next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && trains(batch);
-        if (next) steps.stage(batch, 1 - parity);
+        if (next) {
+          steps.stage(batch, 1 - parity);
+          staged_samples[static_cast<std::size_t>(1 - parity)] = batch.valid;
+        }
         waited += clock::now() - mark;
         mark = clock::now();
         steps.finish(parity);
@@ -213,7 +223,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       ++step;
       ++trained_steps;
       position.step = step;
-      fill_step_logs(step - first_step, waited, stepped);
+      samples_timed += staged_samples[static_cast<std::size_t>(parity)];
+      fill_step_logs(samples_timed, waited, stepped);
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       if (access.stop_requested()) break;
       have = next;
