@@ -511,6 +511,19 @@ TEST_CASE("sample weights weigh each row's loss and gradient in fit, and the los
     for (std::size_t i = 0; i < single.get_weights()[t].values.size(); ++i)
       CHECK(single.get_weights()[t].values[i] == doctest::Approx(pair.get_weights()[t].values[i]).epsilon(1e-4).scale(1.0));
 
+  // Weighted validation data batched at another size keeps its weights: fit's val_loss is evaluate's.
+  std::vector<double> val_loss, evaluated;
+  tf::callbacks::lambda_callback check({.on_epoch_end = [&](int, const tf::logs& l) {
+    val_loss.push_back(*l.get("val_loss"));
+    evaluated.push_back(single.evaluate(both).at("loss"));
+  }});
+  const auto at_seven = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels, weights) | tf::data::batch<7>;
+  single.fit(both, {.validation_data = at_seven, .callbacks = {&check}, .verbose = 0});
+  REQUIRE(val_loss.size() == 1);
+  CHECK(val_loss[0] == doctest::Approx(evaluated[0]).epsilon(1e-6));
+  const auto unweighted = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<16>;
+  CHECK(val_loss[0] != doctest::Approx(single.evaluate(unweighted).at("loss")).epsilon(1e-3));  // the weights count
+
   // Refused: a bad weight, a weight count that differs, and class_weight beside sample weights.
   CHECK_THROWS_WITH_AS(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels, std::vector<float>(20, -1.f)),
                        doctest::Contains("sample_weight[0] is -1.000000; a weight must be finite and not negative"),
