@@ -156,7 +156,7 @@ class engine<Net, Policy, Strategy, cpu> {
 
     void check(const Batch&) const {}  // the embedding checks its ids itself
     void stage(const Batch& batch, int) { staged = &batch; }
-    void begin(int) {
+    void begin(int, int) {
       programs[0] = &e.template program_for<shard>();  // first: setting it up may move the arena
       if constexpr (replica_count > 1) e.replicas_.programs_for(e.memory_.data(), programs);
     }

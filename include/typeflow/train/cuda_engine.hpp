@@ -207,11 +207,11 @@ class engine<Net, Policy, Strategy, cuda> {
     void stage(const Batch& batch, int parity) {
       e.template stage<shard>(batch, parity);
       e.weighted_[static_cast<std::size_t>(parity)] = e.template stage_row_weights<shard>(batch, parity);
-      e.staged_valid_[static_cast<std::size_t>(parity)] = batch.valid;
     }
-    void begin(int parity) {
+    // The step values of each replica: the step, and in a last partial
+    // batch its samples present (batch_norm's statistics count them).
+    void begin(int parity, int valid) {
       ++e.steps_;
-      const int valid = e.staged_valid_[static_cast<std::size_t>(parity)];
       for (std::size_t k = 0; k < e.replicas_.size(); ++k) {
         auto& r = e.replicas_[k];
         backend::cuda::device_guard on(r->device);
@@ -460,15 +460,22 @@ class engine<Net, Policy, Strategy, cuda> {
   // linear in the batch statistics, so averaging after every step gives the
   // same statistics at every update.
   void average_statistics() {
+    for (const auto& t : parameter_table<Net>::tensors())
+      if (t.kind == param_kind::statistic)
+        average_across_replicas([&](replica& r) { return reinterpret_cast<float*>(r.arena.data()) + t.offset; },
+                                t.size, "ncclAllReduce (the batch_norm statistics' mean)");
+  }
+  // mirrored<N>: the `floats` values at at(replica) on every replica become
+  // their mean, on the replicas' compute streams; what names it in an error.
+  template <class At>
+  void average_across_replicas(At&& at, std::size_t floats, const char* what) {
     std::array<cudaStream_t, replica_count> streams{};
     std::array<float*, replica_count> buffers{};
-    for (std::size_t k = 0; k < replicas_.size(); ++k) streams[k] = replicas_[k]->compute.get();
-    for (const auto& t : parameter_table<Net>::tensors()) {
-      if (t.kind != param_kind::statistic) continue;
-      for (std::size_t k = 0; k < replicas_.size(); ++k)
-        buffers[k] = reinterpret_cast<float*>(replicas_[k]->arena.data()) + t.offset;
-      replication_.average(buffers.data(), t.size, streams.data(), "ncclAllReduce (the batch_norm statistics' mean)");
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      streams[k] = replicas_[k]->compute.get();
+      buffers[k] = at(*replicas_[k]);
     }
+    replication_.average(buffers.data(), floats, streams.data(), what);
   }
 
   // Each replica's row weights for a staged batch, and their upload
@@ -496,13 +503,8 @@ class engine<Net, Policy, Strategy, cuda> {
   // mirrored<N>: the replicas' mean losses become their mean (the host's
   // figure is that mean either way), so that their NaN verdicts agree.
   void average_losses() {
-    std::array<cudaStream_t, replica_count> streams{};
-    std::array<float*, replica_count> buffers{};
-    for (std::size_t k = 0; k < replicas_.size(); ++k) {
-      streams[k] = replicas_[k]->compute.get();
-      buffers[k] = replicas_[k]->step_scalars.template data<float>();
-    }
-    replication_.average(buffers.data(), 1, streams.data(), "ncclAllReduce (the step's mean loss)");
+    average_across_replicas([](replica& r) { return r.step_scalars.template data<float>(); }, 1,
+                            "ncclAllReduce (the step's mean loss)");
   }
 
   // The step's end: the optimizer (refusing the update for a non-finite
@@ -630,7 +632,6 @@ class engine<Net, Policy, Strategy, cuda> {
   std::uint64_t seed_;             // the model's
   std::uint64_t steps_ = 0;        // training steps begun: dropout's counter, as run_state::step on the CPU
   std::array<bool, 2> weighted_{};  // whether each parity's staged step weighs its rows (stage_row_weights)
-  std::array<int, 2> staged_valid_{};  // each parity's staged batch's samples
   mutable std::array<std::vector<float>, training_state<Net>::max_slots> slots_host_;  // slot_values()' copies
   std::vector<std::vector<float>> pending_slots_;  // set_slot_values' slots, until every arena is laid out
   step_state initial_state_ = loss_scaling ? optimizers::device::make_step_state(precision::dynamic_loss_scale{})

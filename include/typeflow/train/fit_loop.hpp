@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -51,6 +50,7 @@ inline std::string shortest(double value) {
 //   launch(parity)         starts step k (the CPU runs it whole; a GPU enqueues it);
 //   finish(parity)         waits for step k, then updates state's loss mean,
 //                          metrics and iterations;
+//   samples(parity)        step k's batch's valid samples;
 //   validate(data, callbacks)  evaluates `data` into state's means (inference mode),
 //                          calling the callbacks' test batch hooks;
 //   loss_scale(), skipped_steps()   for mixed_float16's logs.
@@ -181,14 +181,10 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     if constexpr (LossScaling) skipped_before = steps.skipped_steps();
     clock::duration waited{}, stepped{};
     std::int64_t samples_timed = 0;
-    std::array<int, 2> staged_samples{};  // each parity's staged batch's valid samples
     int parity = 0;
     auto mark = clock::now();
     bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) && trains(batch);
-    if (have) {
-      steps.stage(batch, parity);
-      staged_samples[0] = batch.valid;
-    }
+    if (have) steps.stage(batch, parity);
     waited += clock::now() - mark;
     while (have) {
       bool next = false;
@@ -199,10 +195,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         stepped += clock::now() - mark;
         mark = clock::now();
         next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && trains(batch);
-        if (next) {
-          steps.stage(batch, 1 - parity);
-          staged_samples[static_cast<std::size_t>(1 - parity)] = batch.valid;
-        }
+        if (next) steps.stage(batch, 1 - parity);
         waited += clock::now() - mark;
         mark = clock::now();
         steps.finish(parity);
@@ -223,7 +216,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       ++step;
       ++trained_steps;
       position.step = step;
-      samples_timed += staged_samples[static_cast<std::size_t>(parity)];
+      samples_timed += steps.samples(parity);
       fill_step_logs(samples_timed, waited, stepped);
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
       if (access.stop_requested()) break;

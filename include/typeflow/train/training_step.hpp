@@ -35,7 +35,7 @@
 //   batch_type, replicas (in this process), shard (samples per replica)
 //   check(batch)                       the device's own checks (may throw std::logic_error)
 //   stage(batch, parity)               batch k (parity k % 2) toward the replicas
-//   begin(parity)                      the step's counters
+//   begin(parity, samples)             the step's counters; samples: the batch's valid ones
 //   record(parity, body)               runs body(), or captures it once and replays it
 //   each_replica(parity, f)            f(replica) on every replica; a replica has
 //                                      forward(), loss(), scale_output_gradient()
@@ -120,7 +120,7 @@ class training_steps {
   void launch(int parity) {
     if (refused_[static_cast<std::size_t>(parity)])
       std::rethrow_exception(std::exchange(refused_[static_cast<std::size_t>(parity)], nullptr));
-    ops_.begin(parity);
+    ops_.begin(parity, valid_[static_cast<std::size_t>(parity)]);
     ops_.record(parity, [this, parity] {
       ops_.each_replica(parity, [](auto& replica) {
         replica.forward();
@@ -160,6 +160,9 @@ class training_steps {
   void validate(const data::any_dataset<batch_type>& data, std::span<callback* const> callbacks) {
     ops_.validate(data, callbacks);
   }
+  // The valid samples of the batch staged at `parity` (a partial batch's
+  // fewer): fit's mfu and tokens/s count them.
+  int samples(int parity) const { return valid_[static_cast<std::size_t>(parity)]; }
   float loss_scale() const { return ops_.loss_scale(); }
   std::int64_t skipped_steps() const { return ops_.skipped_steps(); }
 
