@@ -144,6 +144,34 @@ TEST_CASE("fit learns a separable problem, trains the last partial batch and rep
   CHECK(history.contains("learning_rate"));
 }
 
+// fit reads batch k + 1 while step k runs: the metrics of step k must still
+// see batch k's labels. The labels here are the model's own predictions, and
+// differ from batch to batch, so the accuracy is 1 only if each step's outputs
+// meet their own labels (reading the next batch's gave about a quarter).
+template <class Strategy>
+void check_metrics_read_own_labels() {
+  toy_data toy(1000);  // 15 batches of 64 and one of 40
+  tf::model<toy_net, tf::float32, Strategy> still{4};
+  still.compile(tf::optimizers::sgd{.learning_rate = 0.0}, tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+                tf::metrics::accuracy{});
+  const auto z = still.predict(tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<64>);
+  std::vector<std::int32_t> predicted(1000);
+  for (std::size_t i = 0; i < predicted.size(); ++i)
+    predicted[i] = static_cast<std::int32_t>(std::max_element(&z[i * 4], &z[i * 4] + 4) - &z[i * 4]);
+  REQUIRE(std::count(predicted.begin(), predicted.end(), predicted[0]) < 900);  // not one class throughout
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, predicted) | tf::data::batch<64>;
+  const auto history = still.fit(data, {.epochs = 2, .verbose = 0});
+  CHECK(history["accuracy"][0] == 1.0);
+  CHECK(history["accuracy"][1] == 1.0);
+  CHECK(still.evaluate(data).at("accuracy") == 1.0);
+}
+
+TEST_CASE("fit's metrics read each step's own labels, not the next batch's staged beside it") {
+  check_metrics_read_own_labels<tf::single_device>();
+  check_metrics_read_own_labels<tf::mirrored<2>>();
+  check_metrics_read_own_labels<tf::zero<1, tf::mirrored<2>>>();
+}
+
 TEST_CASE("a last partial batch trains as Keras's: ceil(n / batch) steps, the epoch's means over all n rows") {
   toy_data toy(1000);  // 15 batches of 64 and one of 40
   auto data = tf::data::from_tensor_slices<tf::shape<8>>(toy.features, toy.labels) | tf::data::batch<64>;

@@ -136,7 +136,7 @@ class engine<Net, Policy, Strategy, cpu> {
       void loss() {
         const int valid = ops.staged->valid, own = replica_valid(valid, r, shard);
         const auto& weights = ops.staged->sample_weights;
-        ops.losses[r] = ops.e.compute_loss(program, ops.labels(r, 0), own, true,
+        ops.losses[r] = ops.e.compute_loss(program, ops.staged->labels.data() + r * labels_per_shard, own, true,
                                            weights.empty() ? nullptr : weights.data() + r * shard);
         if (replica_count > 1 && valid < Batch::size && own > 0) {
           const float weight = static_cast<float>(replica_count * own) / static_cast<float>(valid);
@@ -149,14 +149,18 @@ class engine<Net, Policy, Strategy, cpu> {
     };
 
     engine& e;
+    // The batch of the step under way, and those staged by parity: batch
+    // k + 1 is staged before step k finishes, and its metrics read batch k's labels.
     const Batch* staged = nullptr;
+    const Batch* staged_at[2] = {};
     program_type* programs[replica_count] = {};
     double losses[replica_count] = {};
     step_outcome result{};
 
     void check(const Batch&) const {}  // the embedding checks its ids itself
-    void stage(const Batch& batch, int) { staged = &batch; }
-    void begin(int, int) {
+    void stage(const Batch& batch, int parity) { staged_at[parity] = &batch; }
+    void begin(int parity, int) {
+      staged = staged_at[parity];
       programs[0] = &e.template program_for<shard>();  // first: setting it up may move the arena
       if constexpr (replica_count > 1) e.replicas_.programs_for(e.memory_.data(), programs);
     }
@@ -202,7 +206,9 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     step_outcome outcome(int) const { return result; }
     const float* outputs(int r, int) const { return programs[r]->output(); }
-    const label_type* labels(int r, int) const { return staged->labels.data() + r * labels_per_shard; }
+    const label_type* labels(int r, int parity) const {
+      return staged_at[parity]->labels.data() + r * labels_per_shard;
+    }
     std::span<const float> gradients() const { return e.gradients(); }
     void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
       e.evaluate(data, callbacks);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -55,7 +56,9 @@ inline std::string shortest(double value) {
 //                          calling the callbacks' test batch hooks;
 //   loss_scale(), skipped_steps()   for mixed_float16's logs.
 // Batch k + 1 is read and staged between launch(k) and finish(k), so a GPU
-// computes while the pipeline produces. The input wait is the time next()
+// computes while the pipeline produces; it is read into the other of two
+// batches, since finish(k) still reads batch k (the CPU stages a batch by
+// reference, and its metrics read the labels there). The input wait is the time next()
 // and stage() take; the step time is launch() and finish().
 //
 // After every callback's on_train_begin, a checkpoint loaded before fit or in
@@ -117,7 +120,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
   data::any_dataset<batch_type> validation = options.validation_data;
   if (options.validation_data && options.validation_steps > 0)
     validation = options.validation_data.first(options.validation_steps);
-  batch_type batch;
+  std::array<batch_type, 2> batches;  // by parity: batch k stays whole until finish(k)
   logs step_logs, epoch_logs;
   using clock = std::chrono::steady_clock;
   // The logs after a step: the epoch's means so far, and the run's gauges
@@ -167,7 +170,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     if (continuing) {
       // The batches the checkpoint's fit had trained in this epoch, read again and skipped.
       for (; step < resume->step; ++step)
-        if (!cursor.next(batch) || !trains(batch))
+        if (!cursor.next(batches[0]) || !trains(batches[0]))
           throw std::invalid_argument("fit: the checkpoint continues epoch " + std::to_string(epoch + 1) +
                                       " after batch " + std::to_string(resume->step) + ", but the training data has only " +
                                       std::to_string(step) + " full batches in that epoch; continue with the same data");
@@ -183,8 +186,8 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
     std::int64_t samples_timed = 0;
     int parity = 0;
     auto mark = clock::now();
-    bool have = (step_limit < 0 || step < step_limit) && cursor.next(batch) && trains(batch);
-    if (have) steps.stage(batch, parity);
+    bool have = (step_limit < 0 || step < step_limit) && cursor.next(batches[parity]) && trains(batches[parity]);
+    if (have) steps.stage(batches[parity], parity);
     waited += clock::now() - mark;
     while (have) {
       bool next = false;
@@ -194,8 +197,9 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
         steps.launch(parity);
         stepped += clock::now() - mark;
         mark = clock::now();
-        next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(batch) && trains(batch);
-        if (next) steps.stage(batch, 1 - parity);
+        batch_type& following = batches[static_cast<std::size_t>(1 - parity)];
+        next = (step_limit < 0 || step + 1 < step_limit) && cursor.next(following) && trains(following);
+        if (next) steps.stage(following, 1 - parity);
         waited += clock::now() - mark;
         mark = clock::now();
         steps.finish(parity);
