@@ -9,7 +9,7 @@
 // slots (and updates only that quarter), so the same model trains within the
 // budget, and to the same weights, bit for bit, as an unbudgeted mirrored<4>.
 // Each replica's bytes are known at compile time (tf::rank_memory); the
-// program prints them beside the arena replica 0 actually holds.
+// program prints them beside the arena each replica holds after training.
 //
 // (Stage 3, sharding the weights themselves, is not built yet: the weights
 // and the gradients the backward pass writes stay whole on every replica.)
@@ -42,6 +42,13 @@ static_assert(tf::rank_memory<mlp, sharded, batch>::bytes(adam_slots) <= budget:
               "the example needs a model that fits the budget under zero<2>");
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+template <class Model>
+void print_arenas(const char* name, const Model& model, std::size_t planned) {
+  std::printf("%-26s held:", name);
+  for (int r = 0; r < 4; ++r) std::printf(" replica %d %5.1f MiB%s", r, mib(model.arena_bytes(r)), r < 3 ? "," : "");
+  std::printf(" (planned for the fullest: %.1f)\n", mib(planned));
+}
 
 template <class Strategy>
 void print_plan(const char* name) {
@@ -89,15 +96,13 @@ int main(int argc, char** argv) try {
   tf::model<mlp, tf::float32, sharded, tf::cpu, budget> model{/*seed=*/7};
   compile(model);
   const tf::history sharded_history = model.fit(mnist_train(dir), {.epochs = 1, .steps_per_epoch = steps});
-  std::printf("zero<2, mirrored<4>>: replica 0's arena holds %.1f MiB (planned %.1f)\n", mib(model.arena_bytes()),
-              mib(tf::rank_memory<mlp, sharded, batch>::bytes(adam_slots)));
 
   // 3. The unsharded run without a budget, for the answer it gives.
   tf::model<mlp, tf::float32, tf::mirrored<4>> reference{/*seed=*/7};
   compile(reference);
   const tf::history reference_history = reference.fit(mnist_train(dir), {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
-  std::printf("mirrored<4> without a budget: replica 0's arena holds %.1f MiB (planned %.1f)\n",
-              mib(reference.arena_bytes()), mib(tf::rank_memory<mlp, tf::mirrored<4>, batch>::bytes(adam_slots)));
+  print_arenas("zero<2, mirrored<4>>", model, tf::rank_memory<mlp, sharded, batch>::bytes(adam_slots));
+  print_arenas("mirrored<4>, no budget", reference, tf::rank_memory<mlp, tf::mirrored<4>, batch>::bytes(adam_slots));
 
   const auto a = model.get_weights(), b = reference.get_weights();
   std::size_t differing = 0, total = 0;

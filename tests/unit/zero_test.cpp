@@ -197,6 +197,19 @@ TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per
   fits.compile(tf::optimizers::adam{}, logits_loss);
   refused.compile(tf::optimizers::adam{}, logits_loss);
   CHECK_NOTHROW(fits.train_on_batch(batch_number(0)));
+  // What each replica's arena holds after the step: the plan's bytes, on
+  // both, rounded up to the arena's 4 KiB pages.
+  const auto holds = [](std::size_t arena, std::size_t plan) { return arena >= plan && arena < plan + 4096; };
+  CHECK(holds(fits.arena_bytes(0), two::bytes(2)));
+  CHECK(holds(fits.arena_bytes(1), two::bytes(2)));
+  CHECK_THROWS_AS(static_cast<void>(fits.arena_bytes(2)), std::out_of_range);
+  // Unsharded, replica 0 holds the slots whole and replica 1 none.
+  tf::model<mlp, tf::float32, tf::mirrored<2>> unbudgeted{1};
+  unbudgeted.compile(tf::optimizers::adam{}, logits_loss);
+  unbudgeted.train_on_batch(batch_number(0));
+  CHECK(holds(unbudgeted.arena_bytes(0), unsharded::bytes(2)));
+  CHECK(holds(unbudgeted.arena_bytes(1), unsharded::bytes(0)));
+  CHECK(unbudgeted.arena_bytes(1) < unsharded::bytes(2));
   const std::string needs = "needs " + std::to_string(unsharded::bytes(2)) + " bytes";
   CHECK_THROWS_WITH_AS(refused.train_on_batch(batch_number(0)), doctest::Contains(needs.c_str()), std::invalid_argument);
 }

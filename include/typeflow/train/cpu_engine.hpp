@@ -82,7 +82,12 @@ class engine<Net, Policy, Strategy, cpu> {
   const Strategy& strategy() const { return strategy_; }
   const arena& memory() const { return memory_; }
   const precision::weight_copies& weight_copies() const { return context_.weight_copies; }
-  std::size_t arena_bytes() const { return memory_.size(); }
+  // Replica r's arena in bytes (replica 0 is this engine's own).
+  std::size_t arena_bytes(int r = 0) const {
+    if (r < 0 || r >= replica_count)
+      throw std::out_of_range("arena_bytes: replica " + std::to_string(r) + " of " + std::to_string(replica_count));
+    return r == 0 ? memory_.size() : replicas_.arena_bytes(r);
+  }
 
   template <class Optimizer, class Loss>
   void check_compile(const Optimizer&, const Loss&) const {

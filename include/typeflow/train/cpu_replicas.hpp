@@ -132,6 +132,7 @@ class cpu_replicas {
   }
   // Replica r's dropout stream (r >= 1; replica 0's is the engine's).
   run_state& run_of(int r) { return secondaries_.at(static_cast<std::size_t>(r - 1))->run; }
+  std::size_t arena_bytes(int r) const { return secondaries_.at(static_cast<std::size_t>(r - 1))->memory.size(); }
 
   // f(r) on every replica's thread at once.
   template <class F>

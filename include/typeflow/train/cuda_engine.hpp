@@ -110,8 +110,12 @@ class engine<Net, Policy, Strategy, cuda> {
   bool is_chief() const { return replication_.is_chief(); }
   const Strategy& strategy() const { return strategy_; }
   int device(int r) const { return replicas_.at(static_cast<std::size_t>(r))->device; }
-  // Replica 0's device arena in bytes (0 before the first step).
-  std::size_t arena_bytes() const { return replicas_[0]->arena.size(); }
+  // Replica r's device arena in bytes (0 before the first step).
+  std::size_t arena_bytes(int r = 0) const {
+    if (r < 0 || r >= static_cast<int>(replicas_.size()))
+      throw std::out_of_range("arena_bytes: replica " + std::to_string(r) + " of " + std::to_string(replicas_.size()));
+    return replicas_[static_cast<std::size_t>(r)]->arena.size();
+  }
 
   // Refuses what the GPU cannot run; the loss's executor on the device
   // (backend/cuda/losses.hpp) takes over at compiled().

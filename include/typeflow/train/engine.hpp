@@ -25,7 +25,7 @@
 //   generate(prompt, n, options)       decoding, where the device has it;
 //   parameters(), writable_parameters(), gradients()
 //                                      the parameter and gradient regions on the host, up to date;
-//   replica_parameter_region(r), arena_bytes()
+//   replica_parameter_region(r), arena_bytes(r)
 //   set_loss_scale(o), loss_scale(), skipped_steps()
 //   counters(), restore(counters), slot_values(s), set_slot_values(s, values)
 //                                      what a checkpoint keeps (train/checkpointing.hpp)

@@ -581,8 +581,10 @@ class model {
   bool is_chief() const { return engine_.is_chief(); }
   const Strategy& strategy() const { return engine_.strategy(); }
   std::uint64_t seed() const { return seed_; }
-  // The arena's bytes (on a GPU: replica 0's; 0 before the first step there).
-  std::size_t arena_bytes() const { return engine_.arena_bytes(); }
+  // Replica r's arena in bytes (0 before its first step; on a GPU, device
+  // memory). Under mirrored<N> replica 0 holds the optimizer's slots, under
+  // zero<k> each replica its shard (distribute/rank_memory.hpp plans them).
+  std::size_t arena_bytes(int replica = 0) const { return engine_.arena_bytes(replica); }
   const arena& memory() const
     requires std::is_same_v<Device, cpu>
   {
