@@ -73,13 +73,19 @@ struct random_stream {
   }
 };
 
+// SplitMix64 (Steele, Lea & Flood): one step of its sequence from x, a
+// bijection that scatters bits. Every seed typeflow derives goes through it.
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // Mixes a user seed with a salt so that different consumers (layers,
 // parameters) draw independent streams from one model seed.
 constexpr std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t salt) {
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return splitmix64(seed + 0x9E3779B97F4A7C15ull * salt);
 }
 
 }  // namespace typeflow

@@ -33,20 +33,13 @@
 #include <utility>
 #include <vector>
 
+#include "typeflow/core/random.hpp"
 #include "typeflow/data/example.hpp"
 #include "typeflow/data/pipe.hpp"
 
 namespace typeflow::data {
 
 namespace detail {
-
-// SplitMix64's finalizer (Steele, Lea & Flood): a bijection that scatters bits.
-constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The generator's seed for one epoch of one shuffle.
 constexpr std::uint64_t shuffle_seed(std::uint64_t seed, std::uint64_t epoch) noexcept {
