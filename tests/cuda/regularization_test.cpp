@@ -35,7 +35,9 @@ run train_regularized() {
   m.compile(tf::optimizers::adam{.learning_rate = 0.01f},
             tf::losses::sparse_categorical_crossentropy{.from_logits = true});
   const auto history = m.fit(data, {.epochs = 3, .verbose = 0});
-  run out{history["loss"], history["regularization_loss"]};
+  run out;
+  out.loss = history["loss"];
+  out.penalty = history["regularization_loss"];
   const auto evaluated = m.evaluate(data);
   out.evaluated_loss = evaluated.at("loss");
   out.evaluated_penalty = evaluated.at("regularization_loss");
