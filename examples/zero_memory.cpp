@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include <typeflow/typeflow.hpp>
 
@@ -45,8 +46,10 @@ double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 template <class Model>
 void print_arenas(const char* name, const Model& model, std::size_t planned) {
+  constexpr int replicas = std::remove_cvref_t<decltype(model.strategy())>::replicas;
   std::printf("%-26s held:", name);
-  for (int r = 0; r < 4; ++r) std::printf(" replica %d %5.1f MiB%s", r, mib(model.arena_bytes(r)), r < 3 ? "," : "");
+  for (int r = 0; r < replicas; ++r)
+    std::printf(" replica %d %5.1f MiB%s", r, mib(model.arena_bytes(r)), r + 1 < replicas ? "," : "");
   std::printf(" (planned for the fullest: %.1f)\n", mib(planned));
 }
 
