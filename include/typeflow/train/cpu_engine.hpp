@@ -351,14 +351,14 @@ class engine<Net, Policy, Strategy, cpu> {
   }
   template <class Program_net, int N>
   step_program<Program_net, N, cpu>& program_in(int marker) {
-    using program_type = step_program<Program_net, N, cpu>;
-    if (program_type* held = program_.template find<program_type>(marker)) return *held;
-    program_.reset();
-    context_.weight_copies.clear();  // the new program's layers register theirs
-    using plan = memory_plan<Program_net, N, 0>;
-    memory_.reserve(step_base() + (plan::total_bytes - plan::activations_offset), step_base());
-    context_.native_bf16 = backend::cpu::native_bf16_products();
-    return program_.template emplace<program_type>(marker, memory_.data(), step_base(), context_, run_);
+    auto prepare_arena = [this](std::size_t bytes, std::size_t keep) {
+      context_.weight_copies.clear();  // the new program's layers register theirs
+      context_.native_bf16 = backend::cpu::native_bf16_products();
+      memory_.reserve(bytes, keep);
+      return memory_.data();
+    };
+    return program_.template set_up<step_program<Program_net, N, cpu>>(marker, step_base(), prepare_arena, context_,
+                                                                       run_);
   }
 
   // The update on replica 0's (all-reduced) gradients: the NaN policy's

@@ -331,14 +331,14 @@ class cpu_replicas {
   // A secondary's program for batch size N, set up once per size.
   template <int N>
   step_program<Net, N, cpu>& program_of(secondary& replica) {
-    using program_type = step_program<Net, N, cpu>;
-    if (program_type* held = replica.program.template find<program_type>(N)) return *held;
-    replica.program.reset();
-    using plan = memory_plan<Net, N, 0>;
-    replica.memory.reserve(step_base_ + plan::per_step_bytes, step_base_);
-    replica.context.native_bf16 = backend::cpu::native_bf16_products();
-    return replica.program.template emplace<program_type>(N, replica.memory.data(), step_base_, replica.context,
-                                                          replica.run);
+    auto prepare_arena = [&replica](std::size_t bytes, std::size_t keep) {
+      replica.context.weight_copies.clear();  // the new program's layers register theirs
+      replica.context.native_bf16 = backend::cpu::native_bf16_products();
+      replica.memory.reserve(bytes, keep);
+      return replica.memory.data();
+    };
+    return replica.program.template set_up<step_program<Net, N, cpu>>(N, step_base_, prepare_arena, replica.context,
+                                                                      replica.run);
   }
 
   // The mean of the replicas' gradients into replica 0's.

@@ -133,35 +133,34 @@ struct cuda_replica {
     program.reset();
   }
 
-  // The arena for batch size N (growing keeps the weights, gradients and
-  // slots), its program, and the staging buffers, once per size.
-  // Program (a step program of ProgramNet at batch N) in the arena after
-  // the weights, gradients and slots, replacing the one held; the arena
-  // grows to its plan, keeping what lies below step_base.
-  template <class Program, class ProgramNet, int N, class Model>
-  Program& emplace_program(Model& m, int marker) {
+  // Program (a step program at batch N) in the arena after the weights,
+  // gradients and slots (program_slot::set_up), replacing the one held: the
+  // arena grows to its plan keeping what lies below step_base, and the
+  // captured graphs and the all-reduce over the old gradient region go.
+  template <class Program, class Model>
+  Program& set_up_program(Model& m, int marker) {
     backend::cuda::device_guard on(device);
-    using plan = memory_plan<ProgramNet, N, 0>;
-    const std::size_t step_base = m.step_base();
-    const std::size_t total = step_base + (plan::total_bytes - plan::activations_offset);
-    if (arena.size() < total) {
-      backend::cuda::device_buffer grown(total);
-      TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, total, compute.get()));
-      if (arena.size())
-        TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena.data(), std::min(step_base, arena.size()),
-                                            cudaMemcpyDeviceToDevice, compute.get()));
-      compute.synchronize();
-      arena = std::move(grown);
-    }
-    forget_program();
-    m.replication_.forget();  // the gradient regions may have moved
-    return program.template emplace<Program>(marker, arena.data(), step_base, context, run);
+    auto prepare_arena = [&](std::size_t bytes, std::size_t keep) {
+      forget_program();
+      m.replication_.forget();  // the gradient regions may have moved
+      if (arena.size() < bytes) {
+        backend::cuda::device_buffer grown(bytes);
+        TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(grown.data(), 0, bytes, compute.get()));
+        if (arena.size())
+          TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(grown.data(), arena.data(), std::min(keep, arena.size()),
+                                              cudaMemcpyDeviceToDevice, compute.get()));
+        compute.synchronize();
+        arena = std::move(grown);
+      }
+      return arena.data();
+    };
+    return program.template set_up<Program>(marker, m.step_base(), prepare_arena, context, run);
   }
 
   template <int N, class Model>
   program_type<N>& program_for(Model& m) {
     if (!program.template find<program_type<N>>(N)) {
-      emplace_program<program_type<N>, Net, N>(m, N);
+      set_up_program<program_type<N>>(m, N);
       // Two pinned host buffers and two device buffers, so batch k + 1
       // moves while step k runs.
       feature_bytes = static_cast<std::size_t>(N) * Net::input_shape_type::size *
@@ -185,10 +184,9 @@ struct cuda_replica {
   template <class Model>
   decoder_type& decoder_for(Model& m) {
     constexpr int marker = -1;
-    if (!program.template find<decoder_type>(marker))
-      emplace_program<decoder_type, typename Net::decoder, 1>(m, marker);
+    decoder_type& decoder = set_up_program<decoder_type>(m, marker);
     if (!m.device_has_weights_) m.upload_weights();
-    return program.template get<decoder_type>();
+    return decoder;
   }
 
   // Copies one batch (or shard) into pinned memory and queues its upload.
