@@ -11,18 +11,18 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+
+#include "typeflow/core/row_ranking.hpp"
 
 namespace typeflow::metrics {
 
-namespace detail {
-inline int argmax(const float* row, int n) {
-  int best = 0;
-  for (int j = 1; j < n; ++j)
-    if (row[j] > row[best]) best = j;
-  return best;
-}
-}  // namespace detail
+// What a GPU may count for a metric, so that a step sends back one number
+// per metric instead of its outputs (backend/cuda/metric_hits.hpp): a
+// metric whose update is a hit per row (core/row_ranking.hpp's
+// hit_count_rule) says so through device_hits(); the others read the
+// outputs on the host, on every device.
 
 // Counts hits over rows; the result is hits / rows seen.
 struct hit_counter {
@@ -32,29 +32,44 @@ struct hit_counter {
   // What a checkpoint written inside an epoch keeps of the running value.
   std::array<double, 2> state() const { return {hits, seen}; }
   void restore(std::array<double, 2> s) { hits = s[0], seen = s[1]; }
+  // A step's hits over its `rows`, counted elsewhere (a GPU).
+  void add_hits(double step_hits, std::ptrdiff_t rows) {
+    hits += step_hits;
+    seen += static_cast<double>(rows);
+  }
 };
 
 struct sparse_categorical_accuracy : hit_counter {
   static constexpr std::string_view name = "sparse_categorical_accuracy";
+  static std::optional<hit_count_rule> device_hits(bool sparse_labels, int) {
+    return sparse_labels ? std::optional<hit_count_rule>{hit_count_rule{}} : std::nullopt;
+  }
   void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid_rows, int classes) {
-    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += detail::argmax(out + r * classes, classes) == ids[r];
+    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += argmax_of(out + r * classes, classes) == ids[r];
     seen += static_cast<double>(valid_rows);
   }
 };
 
 struct categorical_accuracy : hit_counter {
   static constexpr std::string_view name = "categorical_accuracy";
+  static std::optional<hit_count_rule> device_hits(bool sparse_labels, int) {
+    return sparse_labels ? std::nullopt : std::optional<hit_count_rule>{hit_count_rule{}};
+  }
   void update(const float* out, const float* targets, std::ptrdiff_t valid_rows, int classes) {
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r)
-      hits += detail::argmax(out + r * classes, classes) == detail::argmax(targets + r * classes, classes);
+      hits += argmax_of(out + r * classes, classes) == argmax_of(targets + r * classes, classes);
     seen += static_cast<double>(valid_rows);
   }
 };
 
 struct accuracy : hit_counter {
   static constexpr std::string_view name = "accuracy";
+  // Binary accuracy (one output unit, dense targets) compares with 0.5 instead.
+  static std::optional<hit_count_rule> device_hits(bool sparse_labels, int classes) {
+    return sparse_labels || classes > 1 ? std::optional<hit_count_rule>{hit_count_rule{}} : std::nullopt;
+  }
   void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid_rows, int classes) {
-    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += detail::argmax(out + r * classes, classes) == ids[r];
+    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += argmax_of(out + r * classes, classes) == ids[r];
     seen += static_cast<double>(valid_rows);
   }
   void update(const float* out, const float* targets, std::ptrdiff_t valid_rows, int classes) {
@@ -64,7 +79,7 @@ struct accuracy : hit_counter {
       return;
     }
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r)
-      hits += detail::argmax(out + r * classes, classes) == detail::argmax(targets + r * classes, classes);
+      hits += argmax_of(out + r * classes, classes) == argmax_of(targets + r * classes, classes);
     seen += static_cast<double>(valid_rows);
   }
 };
@@ -97,16 +112,6 @@ struct mean_absolute_error : row_error_mean<1> {
   static constexpr std::string_view name = "mean_absolute_error";
 };
 
-namespace detail {
-// Whether column `target` of a row is among its k largest: fewer than k
-// values are strictly greater (ties count in its favour, as in_top_k).
-inline bool in_top_k(const float* row, int n, int target, int k) {
-  int greater = 0;
-  for (int j = 0; j < n; ++j) greater += row[j] > row[target];
-  return greater < k;
-}
-}  // namespace detail
-
 // Whether the label's class is among the k highest outputs (Keras's
 // SparseTopKCategoricalAccuracy and TopKCategoricalAccuracy, k = 5):
 // sparse_top_k_categorical_accuracy{.k = 3} takes class ids, the other dense targets.
@@ -119,17 +124,25 @@ struct top_k_accuracy {
   double result() const { return seen > 0 ? hits / seen : 0.0; }
   std::array<double, 2> state() const { return {hits, seen}; }
   void restore(std::array<double, 2> s) { hits = s[0], seen = s[1]; }
+  std::optional<hit_count_rule> device_hits(bool sparse_labels, int) const {
+    return sparse_labels == Sparse ? std::optional<hit_count_rule>{hit_count_rule{hit_rule::top_k, k}}
+                                   : std::nullopt;
+  }
+  void add_hits(double step_hits, std::ptrdiff_t rows) {
+    hits += step_hits;
+    seen += static_cast<double>(rows);
+  }
   void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid_rows, int classes)
     requires Sparse
   {
-    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += detail::in_top_k(out + r * classes, classes, ids[r], k);
+    for (std::ptrdiff_t r = 0; r < valid_rows; ++r) hits += in_top_k(out + r * classes, classes, ids[r], k);
     seen += static_cast<double>(valid_rows);
   }
   void update(const float* out, const float* targets, std::ptrdiff_t valid_rows, int classes)
     requires(!Sparse)
   {
     for (std::ptrdiff_t r = 0; r < valid_rows; ++r)
-      hits += detail::in_top_k(out + r * classes, classes, detail::argmax(targets + r * classes, classes), k);
+      hits += in_top_k(out + r * classes, classes, argmax_of(targets + r * classes, classes), k);
     seen += static_cast<double>(valid_rows);
   }
 };

@@ -18,7 +18,7 @@
 #include <algorithm>
 
 #include "typeflow/losses/losses.hpp"
-#include "typeflow/metrics/metrics.hpp"
+#include "typeflow/core/row_ranking.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
 
 namespace typeflow::detail {
@@ -184,6 +184,13 @@ struct metric_base {
   virtual void restore(std::span<const double> state) = 0;
   virtual void update(const float* out, const std::int32_t* ids, std::ptrdiff_t valid, int classes) = 0;
   virtual void update(const float* out, const float* targets, std::ptrdiff_t valid, int classes) = 0;
+  // What a GPU may count for it instead of sending the outputs back
+  // (core/row_ranking.hpp's hit_count_rule), for these labels; none for most.
+  virtual std::optional<hit_count_rule> device_hits(bool, int) const { return std::nullopt; }
+  // A step's hits so counted, over its `rows`.
+  virtual void add_hits(double, std::ptrdiff_t) {
+    throw std::logic_error("typeflow: metric " + std::string(name()) + " has no hit count");
+  }
 };
 
 template <class Metric>
@@ -222,6 +229,18 @@ struct metric_holder final : metric_base {
     else
       throw std::invalid_argument("typeflow: metric " + std::string(Metric::name) +
                                   " needs class-id labels, but the labels are dense targets");
+  }
+  std::optional<hit_count_rule> device_hits(bool sparse_labels, int classes) const override {
+    if constexpr (requires { metric.device_hits(sparse_labels, classes); })
+      return metric.device_hits(sparse_labels, classes);
+    else
+      return std::nullopt;
+  }
+  void add_hits(double hits, std::ptrdiff_t rows) override {
+    if constexpr (requires { metric.add_hits(hits, rows); })
+      metric.add_hits(hits, rows);
+    else
+      throw std::logic_error("typeflow: metric " + std::string(Metric::name) + " has no hit count");
   }
 };
 

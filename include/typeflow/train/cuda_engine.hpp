@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,7 @@
 
 #include "typeflow/backend/cuda/layers.hpp"
 #include "typeflow/backend/cuda/losses.hpp"
+#include "typeflow/backend/cuda/metric_hits.hpp"
 #include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/regularization.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
@@ -150,6 +152,19 @@ class engine<Net, Policy, Strategy, cuda> {
       r->arena = backend::cuda::device_buffer();
     }
     device_has_weights_ = false;
+    // Which metrics the device counts (metric_hits.hpp); the outputs come
+    // back only for the others.
+    const bool sparse = loss_->form() == losses::label_form::sparse;
+    metric_rules_.clear();
+    outputs_to_host_ = false;
+    for (const auto& m : training_.metrics) {
+      metric_rules_.push_back(m->device_hits(sparse, classes));
+      outputs_to_host_ = outputs_to_host_ || !metric_rules_.back();
+    }
+    for (auto& r : replicas_) {
+      backend::cuda::device_guard on(r->device);
+      r->prepare_hits(metric_rules_.size());
+    }
   }
 
   // The GPUs' part of a training step (train/training_step.hpp): launch
@@ -196,6 +211,7 @@ class engine<Net, Policy, Strategy, cuda> {
           backend::cuda::for_each_index(static_cast<std::size_t>(rows),
                                         scale{w, program.row_losses(), program.row_losses(), 1}, s);
         }
+        e.count_hits(r, program.output(), parity, rows, s);
       }
       void scale_output_gradient() {
         if constexpr (loss_scaling)
@@ -286,6 +302,10 @@ class engine<Net, Policy, Strategy, cuda> {
     // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
     const label_type* labels(int r, int parity) const {
       return e.replicas_[static_cast<std::size_t>(r)]->template labels_on_host<label_type>(parity);
+    }
+    std::optional<double> metric_hits(int r, int parity, std::size_t i) const {
+      if (!e.metric_rules_[i]) return std::nullopt;
+      return static_cast<double>(e.replicas_[static_cast<std::size_t>(r)]->hits_on_host(parity)[i]);
     }
     std::span<const float> gradients() const { return e.gradients(); }
     void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
@@ -498,6 +518,24 @@ class engine<Net, Policy, Strategy, cuda> {
     return true;
   }
 
+  // Each metric the device counts (metric_hits.hpp): its hits over the
+  // step's valid rows (the step values' count), zeroed first, then copied to
+  // the parity's host buffer.
+  void count_hits(replica& r, const float* outputs, int parity, int rows, cudaStream_t s) {
+    if (std::none_of(metric_rules_.begin(), metric_rules_.end(), [](const auto& rule) { return rule.has_value(); }))
+      return;
+    unsigned long long* hits = r.hits_on_device(parity);
+    const std::size_t bytes = metric_rules_.size() * sizeof(unsigned long long);
+    TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(hits, 0, bytes, s));
+    const bool sparse = loss_->form() == losses::label_form::sparse;
+    for (std::size_t i = 0; i < metric_rules_.size(); ++i)
+      if (metric_rules_[i])
+        backend::cuda::count_hits(*metric_rules_[i], sparse, outputs, r.labels_on_device(parity), rows, classes,
+                                  backend::cuda::valid_samples_on_device(r.context.step),
+                                  static_cast<int>(rows_per_sample), hits + i, s);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.hits_on_host(parity), hits, bytes, cudaMemcpyDeviceToHost, s));
+  }
+
   // The step's mean loss, reduced on the device into the replica's scalars.
   template <int Shard>
   void record_loss(replica& r, cudaStream_t s) {
@@ -513,8 +551,9 @@ class engine<Net, Policy, Strategy, cuda> {
 
   // The step's end: the optimizer (refusing the update for a non-finite
   // loss without loss scaling), then what the host reads back: the step
-  // state, the mean loss, and the outputs only when a metric reads them (a
-  // language model's logits are most of a step's memory traffic otherwise).
+  // state, the mean loss, and the outputs only when a metric that the
+  // device does not count reads them (a language model's logits are most of
+  // a step's memory traffic otherwise).
   template <int Shard>
   void record_update(replica& r, cudaStream_t s) {
     constexpr int rows = Shard * static_cast<int>(rows_per_sample);
@@ -536,7 +575,7 @@ class engine<Net, Policy, Strategy, cuda> {
         cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
-    if (!training_.metrics.empty())
+    if (outputs_to_host_)
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results() + rows, program.output(),
                                           static_cast<std::size_t>(rows) * classes * sizeof(float),
                                           cudaMemcpyDeviceToHost, s));
@@ -644,6 +683,10 @@ class engine<Net, Policy, Strategy, cuda> {
   std::vector<std::unique_ptr<replica>> replicas_;  // destroyed before the communicators
   std::unique_ptr<backend::cuda::device_loss_base> loss_, next_loss_;  // the compiled loss's executor; check_compile's
   std::size_t label_values_per_sample_ = rows_per_sample;           // what the loss takes (sparse until compiled)
+  // Per metric: the hit rule the device counts it by, or none (its update
+  // reads the outputs on the host); whether any reads them.
+  std::vector<std::optional<hit_count_rule>> metric_rules_;
+  bool outputs_to_host_ = false;
   bool device_has_weights_ = false;
   mutable bool host_stale_ = false;  // the devices trained since the host copy
 };

@@ -81,6 +81,10 @@ struct cuda_replica {
   // only for a step that weighs its rows (cuda_engine.hpp's stage_row_weights).
   std::size_t feature_bytes = 0, label_bytes = 0, weight_bytes = 0;
   backend::cuda::pinned_buffer results_host;  // row losses (evaluate), then outputs
+  // Per parity, each metric's hits of the step (backend/cuda/metric_hits.hpp)
+  // on the device and their copy on the host.
+  std::array<backend::cuda::device_buffer, 2> hits_device;
+  std::array<backend::cuda::pinned_buffer, 2> hits_host;
   // A training step's scalars, reduced on the device: the mean loss and
   // the regularizers' penalty; and their copy on the host.
   backend::cuda::device_buffer step_scalars{2 * sizeof(float)};
@@ -109,6 +113,22 @@ struct cuda_replica {
     }
   }
   const float* scalars() const { return step_scalars_host.template data<float>(); }  // [mean loss, penalty]
+
+  void prepare_hits(std::size_t metrics) {
+    for (std::size_t p = 0; p < 2; ++p) {
+      hits_device[p] = backend::cuda::device_buffer(metrics * sizeof(unsigned long long));
+      hits_host[p] = backend::cuda::pinned_buffer(metrics * sizeof(unsigned long long));
+    }
+  }
+  unsigned long long* hits_on_device(int parity) const {
+    return hits_device[static_cast<std::size_t>(parity)].template data<unsigned long long>();
+  }
+  const unsigned long long* hits_on_host(int parity) const {
+    return hits_host[static_cast<std::size_t>(parity)].template data<unsigned long long>();
+  }
+  unsigned long long* hits_on_host(int parity) {
+    return hits_host[static_cast<std::size_t>(parity)].template data<unsigned long long>();
+  }
 
   step_state* state_mirror() const { return state_host.template data<step_state>(); }
   float* results() const { return results_host.template data<float>(); }

@@ -43,6 +43,9 @@
 //   update()
 //   outcome(parity) -> step_outcome    waits for the step
 //   outputs(r, parity), labels(r, parity)   replica r's, for the metrics
+//   metric_hits(r, parity, i)          metric i's hits on replica r, where the
+//                                      device counted them (metrics.hpp's
+//                                      device_hits), else none
 //   gradients()                        the mean gradient, for the NaN policy's error
 //   validate(data, callbacks), loss_scale(), skipped_steps()
 #pragma once
@@ -52,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <utility>
@@ -150,9 +154,13 @@ class training_steps {
       const std::ptrdiff_t rows =
           static_cast<std::ptrdiff_t>(replica_valid(samples, r, Ops::shard)) * static_cast<std::ptrdiff_t>(rows_per_sample);
       if (rows == 0) continue;
-      const float* outputs = ops_.outputs(r, parity);
-      const label_type* labels = ops_.labels(r, parity);
-      for (auto& m : training_.metrics) m->update(outputs, labels, rows, classes);
+      for (std::size_t i = 0; i < training_.metrics.size(); ++i) {
+        auto& m = training_.metrics[i];
+        if (const std::optional<double> hits = ops_.metric_hits(r, parity, i))  // counted on the device
+          m->add_hits(*hits, rows);
+        else
+          m->update(ops_.outputs(r, parity), ops_.labels(r, parity), rows, classes);
+      }
     }
     return loss;
   }
