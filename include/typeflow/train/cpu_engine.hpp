@@ -521,6 +521,7 @@ class engine<Net, Policy, Strategy, cpu> {
                             batch.sample_weights.empty() ? nullptr : batch.sample_weights.data());
     }
     const float* outputs() const { return program.output(); }
+    static std::optional<double> metric_hits(std::size_t) { return std::nullopt; }  // the metrics read the outputs
   };
 
   [[no_unique_address]] Strategy strategy_{};  // declared first: multi_worker starts MPI before anything else

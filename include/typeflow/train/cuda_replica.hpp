@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -26,6 +27,7 @@
 #include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/losses.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
+#include "typeflow/backend/cuda/metric_hits.hpp"
 #include "typeflow/backend/cuda/regularization.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/backend/device.hpp"
@@ -306,8 +308,8 @@ struct cuda_inference_pass {
                                         cudaMemcpyDeviceToHost, r.compute.get()));
     r.compute.synchronize();
   }
-  // The loss over the valid rows; the row losses and outputs come back to
-  // pinned memory, for evaluate's loss and metrics.
+  // The loss over the valid rows; the row losses, and the metrics' hits or
+  // the outputs, come back to pinned memory for evaluate's loss and metrics.
   template <class Batch>
   double loss(const Batch& batch) {
     check_device_label_bytes<Batch>(label_values_per_sample, training.loss->name());
@@ -320,9 +322,29 @@ struct cuda_inference_pass {
     float* host = r.results();
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host + rows, program.output(),
-                                        static_cast<std::size_t>(rows) * classes * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
+    // The metrics the device counts (backend/cuda/metric_hits.hpp) over the
+    // valid rows; the outputs come back only for the others.
+    const bool sparse = loss_executor->form() == losses::label_form::sparse;
+    bool outputs_read = false;
+    rules.clear();
+    for (const auto& m : training.metrics) {
+      rules.push_back(m->device_hits(sparse, classes));
+      outputs_read = outputs_read || !rules.back();
+    }
+    if (std::any_of(rules.begin(), rules.end(), [](const auto& rule) { return rule.has_value(); })) {
+      unsigned long long* hits = r.hits_on_device(0);
+      TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(hits, 0, rules.size() * sizeof(unsigned long long), s));
+      for (std::size_t i = 0; i < rules.size(); ++i)
+        if (rules[i])
+          backend::cuda::count_hits(*rules[i], sparse, program.output(), r.labels_on_device(0), valid_rows, classes,
+                                    nullptr, 1, hits + i, s);
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.hits_on_host(0), hits, rules.size() * sizeof(unsigned long long),
+                                          cudaMemcpyDeviceToHost, s));
+    }
+    if (outputs_read)
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host + rows, program.output(),
+                                          static_cast<std::size_t>(rows) * classes * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
     r.compute.synchronize();
     double sum = 0;
     const float* weights = batch.sample_weights.empty() ? nullptr : batch.sample_weights.data();
@@ -332,6 +354,12 @@ struct cuda_inference_pass {
     return valid_rows > 0 ? sum / valid_rows : 0.0;
   }
   const float* outputs() const { return r.results() + rows; }
+  // Metric i's hits over the batch's valid rows, where the device counted them.
+  std::optional<double> metric_hits(std::size_t i) const {
+    if (!rules[i]) return std::nullopt;
+    return static_cast<double>(r.hits_on_host(0)[i]);
+  }
+  std::vector<std::optional<hit_count_rule>> rules{};  // loss()'s, per metric
 };
 
 }  // namespace typeflow

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -68,8 +69,13 @@ void evaluation_loop(training_state<Net>& training, const Data& data, Pass&& pas
     pass.forward(batch);
     training.loss_mean.update(pass.loss(batch) + penalty, batch.valid);
     training.regularization_mean.update(penalty, batch.valid);
-    const float* outputs = pass.outputs();
-    for (auto& m : training.metrics) m->update(outputs, batch.labels.data(), valid_rows, training_state<Net>::classes);
+    for (std::size_t i = 0; i < training.metrics.size(); ++i) {
+      auto& m = training.metrics[i];
+      if (const std::optional<double> hits = pass.metric_hits(i))  // counted on the device
+        m->add_hits(*hits, valid_rows);
+      else
+        m->update(pass.outputs(), batch.labels.data(), valid_rows, training_state<Net>::classes);
+    }
     if (!callbacks.empty()) {
       training.fill_logs(batch_logs, "");
       for (auto* c : callbacks) c->on_test_batch_end(step, batch_logs);
