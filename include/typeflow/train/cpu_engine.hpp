@@ -216,12 +216,6 @@ class engine<Net, Policy, Strategy, cpu> {
       return staged_at[parity]->labels.data() + r * labels_per_shard;
     }
     static std::optional<double> metric_hits(int, int, std::size_t) { return std::nullopt; }  // they read the outputs
-    std::span<const float> gradients() const { return e.gradients(); }
-    void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
-      e.evaluate(data, callbacks);
-    }
-    float loss_scale() const { return e.loss_scale(); }
-    std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
   template <class Batch>
   training_steps<Net, loss_scaling, step_ops<Batch>> steps() {

@@ -307,12 +307,6 @@ class engine<Net, Policy, Strategy, cuda> {
       if (!e.metric_rules_[i]) return std::nullopt;
       return static_cast<double>(e.replicas_[static_cast<std::size_t>(r)]->hits_on_host(parity)[i]);
     }
-    std::span<const float> gradients() const { return e.gradients(); }
-    void validate(const data::any_dataset<Batch>& data, std::span<callback* const> callbacks) {
-      e.evaluate(data, callbacks);
-    }
-    float loss_scale() const { return e.loss_scale(); }
-    std::int64_t skipped_steps() const { return e.skipped_steps(); }
   };
   template <class Batch>
   training_steps<Net, loss_scaling, step_ops<Batch>> steps() {

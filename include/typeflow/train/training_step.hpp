@@ -46,8 +46,10 @@
 //   metric_hits(r, parity, i)          metric i's hits on replica r, where the
 //                                      device counted them (metrics.hpp's
 //                                      device_hits), else none
-//   gradients()                        the mean gradient, for the NaN policy's error
-//   validate(data, callbacks), loss_scale(), skipped_steps()
+//   e                                  the engine, which the step asks for
+//                                      gradients() (the NaN policy's error),
+//                                      evaluate(data, callbacks) (validation),
+//                                      loss_scale() and skipped_steps()
 #pragma once
 
 #include <array>
@@ -144,7 +146,7 @@ class training_steps {
     // step's (both devices refuse the update for a non-finite loss too).
     if constexpr (!LossScaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
-      if (outcome.gradients_refused) throw non_finite_gradient<Net>(ops_.gradients().data());
+      if (outcome.gradients_refused) throw non_finite_gradient<Net>(ops_.e.gradients().data());
     }
     training_.iterations = outcome.iterations;
     const int samples = valid_[static_cast<std::size_t>(parity)];
@@ -166,13 +168,13 @@ class training_steps {
   }
 
   void validate(const data::any_dataset<batch_type>& data, std::span<callback* const> callbacks) {
-    ops_.validate(data, callbacks);
+    ops_.e.evaluate(data, callbacks);
   }
   // The valid samples of the batch staged at `parity` (a partial batch's
   // fewer): fit's mfu and tokens/s count them.
   int samples(int parity) const { return valid_[static_cast<std::size_t>(parity)]; }
-  float loss_scale() const { return ops_.loss_scale(); }
-  std::int64_t skipped_steps() const { return ops_.skipped_steps(); }
+  float loss_scale() const { return ops_.e.loss_scale(); }
+  std::int64_t skipped_steps() const { return ops_.e.skipped_steps(); }
 
  private:
   training_state<Net>& training_;
