@@ -98,6 +98,12 @@ class engine<Net, Policy, Strategy, cpu> {
                     "zero<k>: the optimizer must update in shards: sgd, adam, adamw, lion, rmsprop, an optimizer of "
                     "one's own with a rule(), or accumulate<K> of one (a custom update() sees the whole region)");
   }
+  // compile(optimizer, on_output<"name">(loss, weight)..., ...): the CPU runs
+  // each output's loss through output_losses itself.
+  template <class Optimizer, class... Arguments>
+  void check_compile_outputs(const Optimizer& optimizer, const Arguments&...) const {
+    check_compile(optimizer, 0);
+  }
 
   // Fresh optimizer state for training_'s optimizer; the weights stay.
   template <class Optimizer>

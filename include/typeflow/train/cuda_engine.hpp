@@ -52,6 +52,7 @@
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/layers/merge_functors.hpp"
 #include "typeflow/train/arena.hpp"
+#include "typeflow/train/cuda_output_losses.hpp"
 #include "typeflow/train/cuda_replica.hpp"
 #include "typeflow/train/engine.hpp"
 #include "typeflow/train/generation.hpp"
@@ -80,6 +81,7 @@ class engine<Net, Policy, Strategy, cuda> {
   static constexpr bool loss_scaling = Policy::loss_scaling;
   using output_shape_type = typename Net::output_shape_type;
   static constexpr int classes = training_state<Net>::classes;
+  static constexpr bool packed_outputs = network_io<Net>::packed_outputs;  // several outputs, a loss each
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
   static constexpr bool has_regularizers = Net::has_regularizers;
@@ -120,14 +122,43 @@ class engine<Net, Policy, Strategy, cuda> {
   }
 
   // Refuses what the GPU cannot run; the loss's executor on the device
-  // (backend/cuda/losses.hpp) takes over at compiled().
+  // (backend/cuda/losses.hpp) takes over at compiled(). A network with
+  // several outputs given one loss has it on every output, as on the CPU.
   template <class Optimizer, class Loss>
   void check_compile(const Optimizer&, const Loss& loss) {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
-                  "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses; one "
-                  "loss per output, as on_output gives, is not on the GPU yet)");
-    if constexpr (backend::cuda::has_device_loss<Loss>) next_loss_ = backend::cuda::make_device_loss(loss);
+                  "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses)");
+    if constexpr (backend::cuda::has_device_loss<Loss>) {
+      if constexpr (packed_outputs) {
+        std::vector<std::unique_ptr<backend::cuda::device_loss_base>> each;
+        for (std::size_t k = 0; k < network_io<Net>::output_count; ++k) each.push_back(backend::cuda::make_device_loss(loss));
+        next_loss_ = std::make_unique<cuda_output_losses>(std::move(each));
+      } else {
+        next_loss_ = backend::cuda::make_device_loss(loss);
+      }
+    }
+    download_weights();
+  }
+  // compile(optimizer, on_output<"name">(loss, weight)..., metrics...) on a
+  // network with several outputs: each loss's executor, in the arguments'
+  // order (train/cuda_output_losses.hpp).
+  template <class Optimizer, class... Arguments>
+  void check_compile_outputs(const Optimizer&, const Arguments&... arguments) {
+    std::vector<std::unique_ptr<backend::cuda::device_loss_base>> each;
+    const auto add = [&]<class A>(const A& argument) {
+      if constexpr (is_on_output_v<A>) {
+        using V = typename A::value_type;
+        if constexpr (losses::loss<V>) {
+          static_assert(backend::cuda::has_device_loss<V>,
+                        "compile on tf::cuda: an output's loss has no executor on the GPU (backend/cuda/losses.hpp "
+                        "lists those that have)");
+          if constexpr (backend::cuda::has_device_loss<V>) each.push_back(backend::cuda::make_device_loss(argument.value));
+        }
+      }
+    };
+    (add(arguments), ...);
+    next_loss_ = std::make_unique<cuda_output_losses>(std::move(each));
     download_weights();
   }
 
@@ -138,6 +169,8 @@ class engine<Net, Policy, Strategy, cuda> {
   template <class Optimizer>
   void compiled(const Optimizer& optimizer) {
     loss_ = std::move(next_loss_);
+    if (auto* per_output = dynamic_cast<cuda_output_losses*>(loss_.get()))
+      per_output->attach(dynamic_cast<const detail::output_losses*>(training_.loss.get()));
     label_values_per_sample_ =
         loss_->form() == losses::label_form::sparse ? rows_per_sample : rows_per_sample * classes;
     initial_state_.iterations = 0;
@@ -310,6 +343,7 @@ class engine<Net, Policy, Strategy, cuda> {
   };
   template <class Batch>
   training_steps<Net, loss_scaling, step_ops<Batch>> steps() {
+    take_label_width<Batch>();
     prepare_programs<step_ops<Batch>::shard>();
     return {training_, step_ops<Batch>{*this}};
   }
@@ -323,6 +357,7 @@ class engine<Net, Policy, Strategy, cuda> {
       download_weights();
       penalty = apply_regularizers<Net>(host_.data(), false);
     }
+    take_label_width<typename Data::element_type>();
     evaluation_loop<Net>(training_, data, inference_pass<Data::element_type::size>(), penalty, callbacks);
   }
 
@@ -613,6 +648,17 @@ class engine<Net, Policy, Strategy, cuda> {
   template <class Batch>
   void check_label_bytes() const {
     check_device_label_bytes<Batch>(label_values_per_sample_, training_.loss->name());
+  }
+  // Several outputs: the labels are the batch's packed record (fit's
+  // bind_labels checked it against the outputs by name).
+  template <class Batch>
+  void take_label_width() {
+    if constexpr (packed_outputs) {
+      if (label_values_per_sample_ == Batch::label_type::size) return;
+      label_values_per_sample_ = Batch::label_type::size;
+      for (auto& r : replicas_) r->forget_program();  // their staging buffers are laid out again
+      replication_.forget();
+    }
   }
 
   void restart_loss_scale(step_state fresh) {

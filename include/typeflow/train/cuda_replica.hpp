@@ -196,6 +196,10 @@ struct cuda_replica {
         s.copied = backend::cuda::event();
       }
       results_host = backend::cuda::pinned_buffer((rows + rows * classes) * sizeof(float));
+      if (m.loss_) {
+        backend::cuda::device_guard on(device);
+        m.loss_->prepare(static_cast<int>(rows));  // outside any captured step
+      }
     }
     if (!m.device_has_weights_) m.upload_weights();
     return program.template get<program_type<N>>();

@@ -178,7 +178,7 @@ class model {
     requires is_on_output_v<First>
   void compile(Optimizer optimizer, First first, Rest... rest) {
     if constexpr (network_io<Net>::packed_outputs)
-      engine_.check_compile(optimizer, detail::output_losses{});
+      engine_.check_compile_outputs(optimizer, first, rest...);
     else
       engine_.check_compile(optimizer, first.value);
     training_.compile(optimizer, std::move(first), std::move(rest)...);

@@ -37,6 +37,8 @@
 
 #include "typeflow/core/fixed_string.hpp"
 #include "typeflow/data/record.hpp"
+#include "typeflow/layers/merge_functors.hpp"
+#include "typeflow/losses/output_rows.hpp"
 #include "typeflow/model/network_io.hpp"
 #include "typeflow/train/compile_holders.hpp"
 
@@ -135,33 +137,65 @@ struct output_losses final : loss_base {
     const auto n = static_cast<std::size_t>(rows);
     std::fill(row_loss, row_loss + n, 0.f);
     std::fill(d_out, d_out + n * width, 0.f);  // outputs without a loss get none
-    auto& s = output_slices::for_this_thread();
-    for (const entry& e : entries) {
-      const io_part& o = outputs[e.output];
-      const label_layout::part& p = layout->parts[e.output];
-      const std::size_t per_sample = o.size / static_cast<std::size_t>(o.classes);
-      const std::ptrdiff_t loss_rows = rows * static_cast<std::ptrdiff_t>(per_sample);
-      const std::ptrdiff_t valid_rows = valid * static_cast<std::ptrdiff_t>(per_sample);
-      s.gather(out, n, width, o.offset, o.size);
-      s.gather_labels(labels, n, *layout, p);
-      s.d_out.resize(n * o.size);
-      s.row_loss.resize(n * per_sample);
-      if (p.int32)
-        e.loss->sparse(s.out.data(), s.ids.data(), loss_rows, o.classes, valid_rows, s.d_out.data(), s.row_loss.data());
+    thread_local std::vector<float> blocks;    // the replicas of mirrored<N> run their losses at once
+    blocks.resize(block_floats(n));
+    const auto each = [](std::size_t count, const auto& f) {
+      for (std::size_t i = 0; i < count; ++i) f(i);
+    };
+    const auto run_loss = [&](std::size_t k, const float* o, const float* l, float* d, float* r, std::ptrdiff_t loss_rows,
+                              int classes, std::ptrdiff_t valid_rows) {
+      if (layout->parts[entries[k].output].int32)
+        entries[k].loss->sparse(o, reinterpret_cast<const std::int32_t*>(l), loss_rows, classes, valid_rows, d, r);
       else
-        e.loss->dense(s.out.data(), s.targets.data(), loss_rows, o.classes, valid_rows, s.d_out.data(),
-                      s.row_loss.data());
-      const float w = static_cast<float>(e.weight);
-      for (std::size_t r = 0; r < n; ++r) {
-        float* d = d_out + r * width + o.offset;
-        const float* from = s.d_out.data() + r * o.size;
-        for (std::size_t i = 0; i < o.size; ++i) d[i] = w * from[i];
-        // The sample's mean over its rows of this output, so that the mean
-        // over samples is the output's mean loss.
-        float sum = 0.f;
-        for (std::size_t q = 0; q < per_sample; ++q) sum += s.row_loss[r * per_sample + q];
-        row_loss[r] += w * sum / static_cast<float>(per_sample);
-      }
+        entries[k].loss->dense(o, l, loss_rows, classes, valid_rows, d, r);
+    };
+    per_output(out, labels, d_out, row_loss, n, static_cast<std::size_t>(valid), blocks.data(), each, run_loss);
+  }
+
+  // The floats per_output's blocks take for `samples` samples: an output's
+  // columns, labels and gradient, and its rows' losses.
+  std::size_t block_floats(std::size_t samples) const {
+    std::size_t most_rows = 0;
+    for (const io_part& o : outputs) most_rows = std::max(most_rows, o.size / static_cast<std::size_t>(o.classes));
+    return samples * (3 * widest_output() + most_rows);
+  }
+  std::size_t widest_output() const {
+    std::size_t widest = 0;
+    for (const io_part& o : outputs) widest = std::max(widest, o.size);
+    return widest;
+  }
+
+  // The steps, written once for both devices (train/cuda_output_losses.hpp
+  // runs them on a GPU); d_out and row_loss start at zero. For each output
+  // with a loss: its columns of the output and of the labels gathered into
+  // contiguous blocks (merge_fn::place, the concatenation's copy; a class-id
+  // part's int32 bits travel as they are), its loss on them, its gradient
+  // times its weight put back into its columns, and each sample's loss
+  // gains the weighted mean of its rows. each(n, f) calls f(i) for i < n;
+  // run_loss(k, out, labels, d_out, row_loss, rows, classes, valid_rows)
+  // runs entry k's loss; `blocks` holds block_floats(samples) floats.
+  template <class Each, class RunLoss>
+  void per_output(const float* out, const float* labels, float* d_out, float* row_loss, std::size_t samples,
+                  std::size_t valid, float* blocks, Each&& each, RunLoss&& run_loss) const {
+    using namespace detail::merge_fn;
+    const std::size_t stride = samples * widest_output();
+    float* out_block = blocks;
+    float* label_block = out_block + stride;
+    float* gradient_block = label_block + stride;
+    float* loss_block = gradient_block + stride;
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const io_part& o = outputs[entries[k].output];
+      const label_layout::part& p = layout->parts[entries[k].output];
+      const std::size_t per_sample = o.size / static_cast<std::size_t>(o.classes);
+      const float weight = static_cast<float>(entries[k].weight);
+      each(samples * o.size, place{out, out_block, o.size, width, o.offset, true});
+      each(samples * p.size, place{labels, label_block, p.size, layout->width, p.offset, true});
+      run_loss(k, out_block, label_block, gradient_block, loss_block,
+               static_cast<std::ptrdiff_t>(samples * per_sample), o.classes,
+               static_cast<std::ptrdiff_t>(valid * per_sample));
+      each(samples * o.size, axpby{gradient_block, nullptr, gradient_block, weight, 0.f});
+      each(samples * o.size, place{gradient_block, d_out, o.size, width, o.offset, false});
+      each(samples, losses::add_weighted_row_mean{loss_block, row_loss, per_sample, weight});
     }
   }
 };

@@ -59,6 +59,9 @@ struct device_loss_base {
   virtual losses::label_form form() const = 0;
   virtual void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows,
                       int width, int valid_rows, cudaStream_t stream) const = 0;
+  // Room for `rows` rows on the current device, before any record() is
+  // captured (a loss per output keeps blocks there; the others need none).
+  virtual void prepare(int /*rows*/) {}
 };
 
 template <class Loss>
