@@ -12,6 +12,8 @@
 
 #include <typeflow/typeflow.hpp>
 
+#include "../support/tiny_gpt.hpp"
+
 namespace {
 namespace tf = typeflow;
 using namespace tf::literals;
@@ -68,4 +70,42 @@ TEST_CASE("device_budget: the optimizer's slots are counted before the first ste
   model.fit(data(), {.epochs = 1, .verbose = 0});
   CHECK(model.iterations() == 8);
   CHECK(model.evaluate(data()).at("loss") > 0);
+}
+
+namespace {
+// tiny_gpt's causal_self_attention over (T, D) bound for the CPU and for tf::cuda
+// (contract/layer.hpp's layer_context, Gpu), under mixed_bfloat16.
+constexpr int T = 64, D = 32, H = 2;  // tiny_gpt's attention has two heads
+template <bool Gpu>
+using attention_on = tf::causal_self_attention<H>::bind<
+    tf::shape<T, D>, tf::layer_context<1, void, void, 0, void, false, tf::layer_precision<tf::bfloat16>, Gpu>>;
+using toy = tf::testing::tiny_gpt<T, D, 50>;
+using lm = toy::net<tf::repeat<2, toy::block>>;
+template <bool Gpu>
+using lm_plan = tf::memory_plan<lm::under<tf::mixed_bfloat16, Gpu>, 4, 2>;
+}  // namespace
+
+TEST_CASE("a network bound for tf::cuda plans what the GPU's fused executors keep: no (T, T) scores, no host scratch") {
+  using cpu = attention_on<false>;
+  using gpu = attention_on<true>;
+  // The GPU's attention keeps qkv, y and two statistics a row and head; the
+  // CPU's also the probabilities P (T rows of a padded T per head).
+  static_assert(gpu::workspace_bytes_per_sample == cpu::qkv_bytes + cpu::concat_bytes + cpu::statistics_bytes);
+  static_assert(cpu::workspace_bytes_per_sample >= gpu::workspace_bytes_per_sample + cpu::probability_bytes);
+  static_assert(cpu::probability_bytes == sizeof(float) * H * T * tf::padded_row_length(T));
+  static_assert(gpu::scratch_bytes_per_sample == 0 && gpu::scratch_bytes_per_step == 0);
+  static_assert(cpu::scratch_bytes_per_sample > 0 && cpu::scratch_bytes_per_step > 0);
+  // The whole language model: the same parameters at the same offsets, the
+  // same activations; two attention layers' P fewer, and tied_logits' and
+  // attention's host operands gone from the scratch.
+  using on_cpu = lm_plan<false>;
+  using on_gpu = lm_plan<true>;
+  static_assert(on_gpu::parameter_bytes == on_cpu::parameter_bytes && on_gpu::slots_offset == on_cpu::slots_offset);
+  static_assert(on_gpu::layer_parameter_offset == on_cpu::layer_parameter_offset);
+  static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes);
+  static_assert(on_cpu::workspace_total_bytes >= on_gpu::workspace_total_bytes + 2 * 4 * cpu::probability_bytes);
+  static_assert(on_gpu::scratch_bytes < on_cpu::scratch_bytes);
+  MESSAGE("tiny GPT (T 64, D 32, 2 blocks, batch 4, adam) planned for the CPU: " << on_cpu::total_bytes
+          << " bytes; for tf::cuda: " << on_gpu::total_bytes);
+  CHECK(on_gpu::total_bytes < on_cpu::total_bytes);
 }

@@ -24,12 +24,14 @@ class scratchpad;
 
 struct cpu {
   static constexpr const char* name = "cpu";
+  static constexpr bool gpu = false;  // how model<> binds the network (contract/layer.hpp's layer_context)
   using context = backend::cpu::context;
   using scratchpad = backend::cpu::scratchpad;  // host memory, 64-byte aligned
 };
 
 struct cuda {
   static constexpr const char* name = "cuda";
+  static constexpr bool gpu = true;
   using context = backend::cuda::context;
   using scratchpad = backend::cuda::scratchpad;  // cudaMalloc'd
 };

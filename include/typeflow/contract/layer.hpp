@@ -76,13 +76,20 @@ constexpr bool reads_16bit_from() {
 // repeat<N, block> then bind as one type, and the block compiles once.
 //
 // Precision is a layer_precision<>.
+//
+// Gpu is true when the network is bound for tf::cuda (model<..., cuda>),
+// whose executors keep their scratch in scratchpads of their own (never the
+// arena's scratch region) and run attention fused, the (T, T) scores never
+// stored: a layer whose CPU executor needs such room asks for it only when
+// Gpu is false, so that the GPU's plan and device budget hold what it uses.
 template <int Position, class Previous, class Next, int DecodeLength = 0, class Specs = void, bool Nested = false,
-          class Precision = layer_precision<>>
+          class Precision = layer_precision<>, bool Gpu = false>
 struct layer_context {
   using precision = Precision;
   static constexpr int position = Position;
   static constexpr int decode_length = DecodeLength;
   static constexpr bool nested = Nested;
+  static constexpr bool gpu = Gpu;
   using previous = Previous;
   using next = Next;
   using specs = Specs;
@@ -93,8 +100,8 @@ struct layer_context {
 // Precision is worked out among the siblings (see chain.hpp). Which child it
 // is does not enter the type: the executors pass child_salt() on.
 template <class Outer, class Previous, class Next, class Precision = layer_precision<>>
-using nested_context =
-    layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs, true, Precision>;
+using nested_context = layer_context<Outer::position, Previous, Next, Outer::decode_length, typename Outer::specs,
+                                     true, Precision, Outer::gpu>;
 
 // layer_io::salt of child `index` of a combinator whose own salt is `outer`
 // (a layer of the network has its position as its salt).

@@ -228,14 +228,26 @@ struct causal_self_attention {
     static constexpr std::size_t decode_concat_bytes = align_up(sizeof(float) * width);
     static constexpr std::size_t decode_score_bytes = align_up(sizeof(float) * heads * keys);
 
+    // Bound for a GPU (Context::gpu), the executor runs attention fused
+    // (backend/cuda/attention_executor.hpp): it keeps qkv, y and each row's
+    // softmax statistics (max and sum per head) from forward to backward,
+    // never P nor a dropout mask (GPT-2 124M at 16 x 1024 tokens: 9.8 GB of
+    // P less over its 12 layers), and its scratch in a scratchpad of its
+    // own; each of its parts starts on a 256-byte boundary (per step below).
+    static constexpr bool fused = Context::gpu;
+    static constexpr std::size_t statistics_bytes = align_up(sizeof(float) * 2 * heads * steps);
+
     // With lora<>, after the rest: each adapter's x · A and d_y · B^T,
     // (rows, Rank) each (backend/cpu/lora.hpp).
     static constexpr std::size_t own_workspace_bytes_per_sample =
-        decoding ? 2 * cache_floats * sizeof(float) : qkv_bytes + probability_bytes + concat_bytes + mask_bytes;
+        decoding ? 2 * cache_floats * sizeof(float)
+        : fused  ? qkv_bytes + concat_bytes + statistics_bytes
+                 : qkv_bytes + probability_bytes + concat_bytes + mask_bytes;
     static constexpr std::size_t own_scratch_bytes_per_sample =
-        decoding ? decode_qkv_bytes + decode_concat_bytes + decode_score_bytes
-                 : concat_bytes + qkv_bytes + bias_share_bytes;
-    static constexpr std::size_t own_scratch_bytes_per_step = decoding ? 0 : head_slots * slot_bytes;
+        fused      ? 0
+        : decoding ? decode_qkv_bytes + decode_concat_bytes + decode_score_bytes
+                   : concat_bytes + qkv_bytes + bias_share_bytes;
+    static constexpr std::size_t own_scratch_bytes_per_step = decoding || fused ? 0 : head_slots * slot_bytes;
 
     // Under a 16-bit policy the two projections are 16-bit products, as
     // dense's (their inputs, weights, outputs and gradients rounded, float32
@@ -256,22 +268,24 @@ struct causal_self_attention {
     static constexpr std::size_t proj_kernel_floats =
         aligned_floats(std::tuple_element_t<2, typename params::tuple>::stored_floats);
     static constexpr std::size_t operands_16bit_bytes_per_sample =
-        low_precision ? rows_per_sample * std::size_t{8} * width : 0;
+        low_precision && !fused ? rows_per_sample * std::size_t{8} * width : 0;
     static constexpr std::size_t weights_16bit_bytes =
-        low_precision
+        low_precision && !fused
             ? (qkv_kernel_floats + proj_kernel_floats + aligned_floats(3 * width) + aligned_floats(width)) * sizeof(float) +
                   8 * arena_alignment
             : 0;
     static constexpr std::size_t scratch_bytes_per_sample = own_scratch_bytes_per_sample + operands_16bit_bytes_per_sample;
     static constexpr std::size_t scratch_bytes_per_step = own_scratch_bytes_per_step + weights_16bit_bytes;
-    static constexpr std::size_t kept_bf16_bytes_per_sample = native_bf16_possible ? rows_per_sample * 4 * width : 0;
+    static constexpr std::size_t kept_bf16_bytes_per_sample =
+        native_bf16_possible && !fused ? rows_per_sample * 4 * width : 0;
     static constexpr std::size_t kept_bf16_bytes_per_step =
-        native_bf16_possible ? align_up(qkv_kernel_floats * 2) + align_up(proj_kernel_floats * 2) + 3 * arena_alignment
+        native_bf16_possible && !fused ? align_up(qkv_kernel_floats * 2) + align_up(proj_kernel_floats * 2) + 3 * arena_alignment
                              : 0;
     static constexpr std::size_t workspace_bytes_per_sample =
         own_workspace_bytes_per_sample + (with_lora ? 4 * std::size_t{steps} * lora_rank * sizeof(float) : 0) +
         kept_bf16_bytes_per_sample;
-    static constexpr std::size_t workspace_bytes_per_step = (with_lora ? 5 * arena_alignment : 0) + kept_bf16_bytes_per_step;
+    static constexpr std::size_t workspace_bytes_per_step =
+        (with_lora ? 5 * arena_alignment : 0) + kept_bf16_bytes_per_step + (fused && !decoding ? 8 * 256 : 0);
   };
 };
 

@@ -225,11 +225,15 @@ struct tied_logits {
     using result_dtype = float32;
     static constexpr bool low_precision = precision::is_16bit_v<compute_dtype>;
     static constexpr std::size_t table_floats = static_cast<std::size_t>(vocab) * static_cast<std::size_t>(stride);
+    // Bound for a GPU (Context::gpu) the executor's products need none of
+    // this: cuBLASLt rounds its operands, and what it needs lies in a
+    // scratchpad of its own (backend/cuda/embedding_executors.hpp).
+    static constexpr bool host_operands = low_precision && !Context::gpu;
     static constexpr std::size_t scratch_bytes_per_sample =
-        low_precision ? rows_per_sample * std::max(std::size_t(dim) * sizeof(float), std::size_t(vocab + dim) * 2) : 0;
+        host_operands ? rows_per_sample * std::max(std::size_t(dim) * sizeof(float), std::size_t(vocab + dim) * 2) : 0;
     static constexpr std::size_t scratch_bytes_per_step =
-        low_precision ? table_floats * sizeof(float) + 3 * arena_alignment : 0;
-    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16>;
+        host_operands ? table_floats * sizeof(float) + 3 * arena_alignment : 0;
+    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16> && !Context::gpu;
     static constexpr std::size_t workspace_bytes_per_sample = native_bf16_possible ? rows_per_sample * dim * 2 : 0;
     static constexpr std::size_t workspace_bytes_per_step =
         native_bf16_possible ? align_up(table_floats * 2) + arena_alignment : 0;

@@ -44,7 +44,7 @@ using spec_or_void = std::conditional_t<(I < std::tuple_size_v<Tuple>),
                                         std::tuple_element<(I < std::tuple_size_v<Tuple> ? I : 0), Tuple>,
                                         std::type_identity<void>>;
 
-template <int DecodeLength, class InputShape, class Policy, class... Specs>
+template <int DecodeLength, class InputShape, class Policy, bool Gpu, class... Specs>
 struct bind_layers {
   using specs = std::tuple<Specs...>;
   static constexpr std::size_t count = sizeof...(Specs);
@@ -68,7 +68,7 @@ struct bind_layers {
             layer_precision<typename Policy::compute_type, typename previous::output_dtype,
                             !std::is_same_v<typename Policy::compute_type, float32> && reads_16bit_from<specs, I + 1>()>;
         using context = layer_context<static_cast<int>(I), spec_at<I - 1>, next_of<I>, DecodeLength, specs, false,
-                                      precision>;
+                                      precision, Gpu>;
         using layer = typename spec::template bind<typename previous::output_shape, context>;
         return boost::hana::append(so_far, boost::hana::type_c<layer>);
       });
@@ -85,8 +85,9 @@ namespace detail {
 // A network's bound layers and every per-layer fact the memory plan, the
 // step program and the model read. sequential is the network over whole
 // samples; sequential::decoder the same specs bound for one position at a
-// time (same parameters, same layout), which model::generate runs.
-template <int DecodeLength, class InputShape, class Policy, class Input, class... Layers>
+// time (same parameters, same layout), which model::generate runs. Gpu:
+// bound for tf::cuda (contract/layer.hpp's layer_context says what changes).
+template <int DecodeLength, class InputShape, class Policy, bool Gpu, class Input, class... Layers>
 struct bound_network {
   // The specs as a Hana type list, for users' own compile-time algorithms.
   static constexpr auto specs = boost::hana::tuple_t<Input, Layers...>;
@@ -95,9 +96,10 @@ struct bound_network {
   using input_dtype = typename Input::dtype;
   using policy = Policy;
   static constexpr int decode_length = DecodeLength;
+  static constexpr bool gpu = Gpu;
 
   // The bound layers, in order; layer 0 is the input.
-  using layers = typename detail::bind_layers<DecodeLength, InputShape, Policy, Input, Layers...>::tuple;
+  using layers = typename detail::bind_layers<DecodeLength, InputShape, Policy, Gpu, Input, Layers...>::tuple;
   static constexpr std::size_t layer_count = 1 + sizeof...(Layers);
   template <std::size_t I>
   using layer = std::tuple_element_t<I, layers>;
@@ -234,21 +236,22 @@ struct one_position<shape<First, Rest...>> {
 
 namespace detail {
 
-// The network bound under a precision policy, with its decoder: the same
-// specs for generation, one position per call, key/value caches sized for
-// the input's first axis (the block size).
-template <class Policy, class Input, class... Layers>
-struct network_under : bound_network<0, typename Input::shape_type, Policy, Input, Layers...> {
+// The network bound under a precision policy (for the CPU, or for tf::cuda
+// when Gpu), with its decoder: the same specs for generation, one position
+// per call, key/value caches sized for the input's first axis (the block size).
+template <class Policy, bool Gpu, class Input, class... Layers>
+struct network_under : bound_network<0, typename Input::shape_type, Policy, Gpu, Input, Layers...> {
   using decoder = bound_network<Input::shape_type::template dim<0>,
-                                typename one_position<typename Input::shape_type>::type, Policy, Input, Layers...>;
+                                typename one_position<typename Input::shape_type>::type, Policy, Gpu, Input, Layers...>;
 };
 
-// sequential<input, Layers...> is the network bound in float32; under<P>
-// binds it under policy P (model<Net, P> does this).
+// sequential<input, Layers...> is the network bound in float32 for the CPU;
+// under<P, Gpu> binds it under policy P, for tf::cuda when Gpu (model<Net,
+// P, S, Device> does this).
 template <class Input, class... Layers>
-struct network_sequential : network_under<float32_policy, Input, Layers...> {
-  template <class Policy>
-  using under = network_under<Policy, Input, Layers...>;
+struct network_sequential : network_under<float32_policy, false, Input, Layers...> {
+  template <class Policy, bool Gpu = false>
+  using under = network_under<Policy, Gpu, Input, Layers...>;
 };
 
 // sequential<Layers...> without an input: a block, usable as one layer

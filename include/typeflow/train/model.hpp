@@ -92,7 +92,7 @@ class model {
 
  private:
   // The network bound under the policy: every fact below is read from it.
-  using Net = typename Network::template under<policy_type>;
+  using Net = typename Network::template under<policy_type, Device::gpu>;
   static_assert(!precision::is_16bit_v<typename detail::loss_input_dtype<Net>::type>,
                 "model<Net, mixed policy>: the loss would receive 16-bit outputs, which lose precision "
                 "(and overflow in float16). Compute the output layer in float32, as Keras's dtype=\"float32\": "
