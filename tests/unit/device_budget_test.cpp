@@ -79,13 +79,16 @@ constexpr int T = 64, D = 32, H = 2;  // tiny_gpt's attention has two heads
 template <bool Gpu>
 using attention_on = tf::causal_self_attention<H>::bind<
     tf::shape<T, D>, tf::layer_context<1, void, void, 0, void, false, tf::layer_precision<tf::bfloat16>, Gpu>>;
+template <bool Gpu>
+using dense_on = tf::dense<4 * D>::bind<
+    tf::shape<T, D>, tf::layer_context<2, void, void, 0, void, false, tf::layer_precision<tf::bfloat16>, Gpu>>;
 using toy = tf::testing::tiny_gpt<T, D, 50>;
 using lm = toy::net<tf::repeat<2, toy::block>>;
 template <bool Gpu>
 using lm_plan = tf::memory_plan<lm::under<tf::mixed_bfloat16, Gpu>, 4, 2>;
 }  // namespace
 
-TEST_CASE("a network bound for tf::cuda plans what the GPU's fused executors keep: no (T, T) scores, no host scratch") {
+TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no (T, T) scores, no host copies or scratch") {
   using cpu = attention_on<false>;
   using gpu = attention_on<true>;
   // The GPU's attention keeps qkv, y and two statistics a row and head; the
@@ -95,6 +98,13 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's fused executors kee
   static_assert(cpu::probability_bytes == sizeof(float) * H * T * tf::padded_row_length(T));
   static_assert(gpu::scratch_bytes_per_sample == 0 && gpu::scratch_bytes_per_step == 0);
   static_assert(cpu::scratch_bytes_per_sample > 0 && cpu::scratch_bytes_per_step > 0);
+  // dense under bfloat16: the CPU's rounded operands (scratch) and its native
+  // path's bf16 kernel and input copies (workspace); none on the GPU.
+  using dense_cpu = dense_on<false>;
+  using dense_gpu = dense_on<true>;
+  static_assert(dense_cpu::scratch_bytes_per_sample > 0 && dense_cpu::workspace_bytes_per_step > 0);
+  static_assert(dense_gpu::scratch_bytes_per_sample == 0 && dense_gpu::scratch_bytes_per_step == 0);
+  static_assert(dense_gpu::workspace_bytes_per_sample == 0 && dense_gpu::workspace_bytes_per_step == 0);
   // The whole language model: the same parameters at the same offsets, the
   // same activations; two attention layers' P fewer, and tied_logits' and
   // attention's host operands gone from the scratch.

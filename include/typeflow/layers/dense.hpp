@@ -108,8 +108,11 @@ struct dense {
     // time): not with lora<>, whose adapter adds in float32, nor with a
     // float16 input. Their bf16 kernel, and the bf16 input when the input
     // arrives in float32, are converted in forward and kept for backward.
-    static constexpr bool native_bf16_possible =
-        std::is_same_v<compute_dtype, bfloat16> && !with_lora && !std::is_same_v<input_dtype, float16>;
+    // Bound for a GPU (Context::gpu) none of the CPU's copies below exist:
+    // cuBLASLt reads 16-bit operands, kept in a scratchpad of the executor's
+    // own (backend/cuda/layers.hpp); its workspace holds lora<>'s buffers only.
+    static constexpr bool native_bf16_possible = std::is_same_v<compute_dtype, bfloat16> && !with_lora &&
+                                                 !std::is_same_v<input_dtype, float16> && !Context::gpu;
     static constexpr bool keeps_bf16_input = native_bf16_possible && !std::is_same_v<input_dtype, bfloat16>;
     static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
     static constexpr std::size_t bias_floats = aligned_floats(units);
@@ -132,12 +135,16 @@ struct dense {
     static constexpr bool stores_16bit = !std::is_same_v<output_dtype, float32>;
     // A 16-bit input is read through a float32 copy, whatever this layer computes in.
     static constexpr bool copies_input = low_precision || !std::is_same_v<input_dtype, float32>;
+    static constexpr bool host_scratch = !Context::gpu;
     static constexpr std::size_t scratch_bytes_per_sample =
-        copies_input ? rows_per_sample * std::max((in_features + (stores_16bit ? units : 0)) * sizeof(float),
-                                                  (in_features + units) * std::size_t{2})
-                     : 0;
+        copies_input && host_scratch
+            ? rows_per_sample * std::max((in_features + (stores_16bit ? units : 0)) * sizeof(float),
+                                         (in_features + units) * std::size_t{2})
+            : 0;
     static constexpr std::size_t scratch_bytes_per_step =
-        (copies_input ? 3 * arena_alignment : 0) + (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0);
+        host_scratch ? (copies_input ? 3 * arena_alignment : 0) +
+                           (low_precision ? (kernel_floats + bias_floats) * sizeof(float) : 0)
+                     : 0;
   };
 };
 
