@@ -545,6 +545,52 @@ TEST_CASE("a last partial batch trains batch_norm over its valid samples only, a
   CHECK(copy_of(partial.parameter("layers.2.moving_mean")) != std::vector<float>(8, 0.f));
 }
 
+TEST_CASE("mirrored<2, sync_batch_norm_statistics>: a last partial batch on replica 0 alone moves the statistics by its samples") {
+  toy_data toy(11);  // batch<8>, 4 samples a replica: 8, then 3, all on replica 0
+  using features = tf::data::tensor_value<float, tf::shape<5>>;
+  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
+  const auto batch_of_rows = [&]<int N>(std::integral_constant<int, N>, int first) {
+    tf::data::batch_of<N, features, label> b;
+    std::copy_n(toy.features.begin() + first * 5, N * 5, b.features.begin());
+    std::copy_n(toy.labels.begin() + first, N, b.labels.begin());
+    b.valid = N;
+    return b;
+  };
+  using synced = tf::mirrored<2, tf::sync_batch_norm_statistics>;
+  tf::model<bn_net, tf::float32, synced> fitted{5}, first_step{5};
+  tf::model<bn_net> single{5};
+  const auto compile = [](auto& m) {
+    m.compile(tf::optimizers::sgd{.learning_rate = 0.1f}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
+  };
+  compile(fitted);
+  compile(first_step);
+  compile(single);
+  fitted.fit(tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<8>, {.verbose = 0});
+  CHECK(fitted.iterations() == 2);
+  // The same first step; then the 3 samples alone on one device, from its weights and statistics.
+  first_step.train_on_batch(batch_of_rows(std::integral_constant<int, 8>{}, 0));
+  const auto path = std::filesystem::temp_directory_path() / "typeflow_sync_statistics_test.safetensors";
+  first_step.save_weights(path);
+  single.load_weights(path);
+  std::filesystem::remove(path);
+  single.train_on_batch(batch_of_rows(std::integral_constant<int, 3>{}, 8));
+  // Replica 1, without samples, kept the statistics it had: a plain mean
+  // would have moved them half as far.
+  for (const char* name : {"layers.2.moving_mean", "layers.2.moving_variance"}) {
+    const auto a = copy_of(fitted.parameter(name)), b = copy_of(single.parameter(name));
+    const auto before = copy_of(first_step.parameter(name));
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CAPTURE(name);
+      CAPTURE(i);
+      CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5).scale(1e-6));
+      CHECK(a[i] != before[i]);
+    }
+  }
+  const auto a = copy_of(fitted.parameter_region()), b = copy_of(single.parameter_region());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5).scale(1e-6));
+}
+
 TEST_CASE("a model with layer_norm trains and its loss falls") {
   toy_data toy(64);
   const auto data = tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<16>;

@@ -10,7 +10,8 @@
 // batch_norm's moving statistics are kept per replica (evaluate, predict and
 // save use replica 0's). mirrored<N, sync_batch_norm_statistics> averages
 // them across the replicas after every optimizer update instead (every K
-// steps under accumulate<K>). (This synchronises the
+// steps under accumulate<K>; in a last partial batch weighed by each
+// replica's valid samples). (This synchronises the
 // moving statistics, not the batch statistics inside a step.)
 //
 // The algorithm on the CPU is train/cpu_replicas.hpp; on GPUs (one GPU

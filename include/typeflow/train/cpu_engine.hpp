@@ -11,6 +11,7 @@
 // collectives (a broadcast of the initial weights, the gradients' mean).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -213,6 +214,12 @@ class engine<Net, Policy, Strategy, cpu> {
       } else {  // a partial batch: each replica's mean weighed by its valid samples
         for (int r = 0; r < replica_count; ++r)
           loss += losses[r] * replica_valid(valid, r, shard) / static_cast<double>(valid);
+      }
+      if constexpr (replica_count > 1 && Strategy::sync_statistics) {
+        std::array<float, replica_count> weights{};
+        for (int r = 0; r < replica_count; ++r)
+          weights[static_cast<std::size_t>(r)] = static_cast<float>(replica_valid(valid, r, shard)) / static_cast<float>(valid);
+        e.replicas_.weigh_statistics(valid == Batch::size ? std::span<const float>{} : std::span<const float>(weights));
       }
       result = e.update_step(loss);
     }

@@ -14,7 +14,8 @@
 //                   dependence on thread timing);
 //   after_update()  the updated weights from replica 0 to the others (and
 //                   the mean of batch_norm's statistics under
-//                   sync_batch_norm_statistics).
+//                   sync_batch_norm_statistics; in a last partial batch
+//                   weighed by each replica's valid samples, weigh_statistics).
 //
 // zero<k, mirrored<N>> (distribute/zero.hpp) cuts the trainable region into N
 // shards; replica r owns shard r and keeps only its optimizer slots, after
@@ -34,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -167,6 +169,14 @@ class cpu_replicas {
       for (const auto& t : parameter_table<Net>::tensors()) {
         if (t.kind != param_kind::statistic) continue;
         for (std::size_t i = 0; i < t.size; ++i) {
+          if (statistics_weighed_) {
+            float total = statistics_weights_[0] * primary[t.offset + i];
+            for (int r = 1; r < count; ++r)
+              total += statistics_weights_[static_cast<std::size_t>(r)] *
+                       secondaries_[static_cast<std::size_t>(r - 1)]->memory.template at<float>(0)[t.offset + i];
+            primary[t.offset + i] = total;
+            continue;
+          }
           float total = primary[t.offset + i];
           for (auto& replica : secondaries_) total += replica->memory.template at<float>(0)[t.offset + i];
           primary[t.offset + i] = total / count;
@@ -175,6 +185,18 @@ class cpu_replicas {
           std::memcpy(replica->memory.template at<float>(0) + t.offset, primary + t.offset, t.size * sizeof(float));
       }
     }
+  }
+
+  // sync_batch_norm_statistics in a last partial batch: after_update weighs
+  // replica r's moving statistics by weights[r], its share of the valid
+  // samples, instead of taking their plain mean. A moving average is linear
+  // in the batch statistics, so the result moves by the valid samples'
+  // weighted statistics, and a replica without samples (whose statistics did
+  // not move) counts for nothing. `weights` empty: a full batch.
+  void weigh_statistics(std::span<const float> weights) {
+    statistics_weighed_ = !weights.empty();
+    for (std::size_t r = 0; r < weights.size() && r < statistics_weights_.size(); ++r)
+      statistics_weights_[r] = weights[r];
   }
 
   // zero<k>: the update's arguments, shard r's on replica r: its weights,
@@ -357,6 +379,8 @@ class cpu_replicas {
   std::vector<std::unique_ptr<secondary>> secondaries_;
   std::unique_ptr<replica_pool> pool_;
   bool stale_ = true;
+  bool statistics_weighed_ = false;  // weigh_statistics()'s
+  std::array<float, count> statistics_weights_{};
   // Where a secondary's step region starts: after its slot shards (zero<k>).
   std::size_t step_base_ = plan0::slots_offset;
   // zero<k>: each shard's pieces of the tensors, the optimizer's slot count,

@@ -255,6 +255,7 @@ class engine<Net, Policy, Strategy, cuda> {
     };
 
     engine& e;
+    int valid = Batch::size;  // the step's samples (begin's)
 
     void check(const Batch& batch) const { check_token_ids_of<Net>(batch); }  // the CPU layer's message, on the host
     void stage(const Batch& batch, int parity) {
@@ -263,7 +264,8 @@ class engine<Net, Policy, Strategy, cuda> {
     }
     // The step values of each replica: the step, and in a last partial
     // batch its samples present (batch_norm's statistics count them).
-    void begin(int parity, int valid) {
+    void begin(int parity, int valid_samples) {
+      valid = valid_samples;
       ++e.steps_;
       for (std::size_t k = 0; k < e.replicas_.size(); ++k) {
         auto& r = e.replicas_[k];
@@ -328,7 +330,7 @@ class engine<Net, Policy, Strategy, cuda> {
         backend::cuda::device_guard on(r->device);
         e.template record_update<shard>(*r, r->compute.get());
       }
-      if constexpr (Strategy::sync_statistics) e.average_statistics();
+      if constexpr (Strategy::sync_statistics) e.average_statistics(valid, Batch::size, shard);
     }
     step_outcome outcome(int) { return e.template step_outcome_of<shard>(); }
     const float* outputs(int r, int) const { return e.replicas_[static_cast<std::size_t>(r)]->results() + rows; }
@@ -512,11 +514,24 @@ class engine<Net, Policy, Strategy, cuda> {
   // them after each update (train/cpu_replicas.hpp); a moving average is
   // linear in the batch statistics, so averaging after every step gives the
   // same statistics at every update.
-  void average_statistics() {
-    for (const auto& t : parameter_table<Net>::tensors())
-      if (t.kind == param_kind::statistic)
-        average_across_replicas([&](replica& r) { return reinterpret_cast<float*>(r.arena.data()) + t.offset; },
-                                t.size, "ncclAllReduce (the batch_norm statistics' mean)");
+  // In a last partial batch (valid < batch samples, `shard` a replica) each
+  // replica's statistics weigh by its share of the valid samples, as on the
+  // CPU (cpu_replicas::weigh_statistics): scaled by N times that share
+  // before the mean, so that a replica without samples counts for nothing.
+  void average_statistics(int valid, int batch, int shard) {
+    const bool weighed = replica_count > 1 && valid < batch;
+    for (const auto& t : parameter_table<Net>::tensors()) {
+      if (t.kind != param_kind::statistic) continue;
+      const auto at = [&](replica& r) { return reinterpret_cast<float*>(r.arena.data()) + t.offset; };
+      if (weighed)
+        for (int k = 0; k < replica_count; ++k) {
+          replica& r = *replicas_[static_cast<std::size_t>(k)];
+          backend::cuda::device_guard on(r.device);
+          const float share = static_cast<float>(replica_valid(valid, k, shard)) / static_cast<float>(valid);
+          backend::cuda::scale(at(r), t.size, static_cast<float>(replica_count) * share, r.compute.get());
+        }
+      average_across_replicas(at, t.size, "ncclAllReduce (the batch_norm statistics' mean)");
+    }
   }
   // mirrored<N>: the `floats` values at at(replica) on every replica become
   // their mean, on the replicas' compute streams; what names it in an error.
