@@ -88,7 +88,7 @@ template <bool Gpu>
 using lm_plan = tf::memory_plan<lm::under<tf::mixed_bfloat16, Gpu>, 4, 2>;
 }  // namespace
 
-TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no (T, T) scores, no host copies or scratch") {
+TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no (T, T) scores, no host copies or scratch, and gradient buffers as large as their outputs") {
   using cpu = attention_on<false>;
   using gpu = attention_on<true>;
   // The GPU's attention keeps qkv, y and two statistics a row and head; the
@@ -115,6 +115,12 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes);
   static_assert(on_cpu::workspace_total_bytes >= on_gpu::workspace_total_bytes + 2 * 4 * cpu::probability_bytes);
   static_assert(on_gpu::scratch_bytes < on_cpu::scratch_bytes);
+  // On both devices the two gradient buffers are each as large as the
+  // largest output whose gradient they hold: the logits' only buffer 0 (the
+  // loss writes there), the model's (T, D) outputs buffer 1.
+  using wide = tf::memory_plan<tf::testing::tiny_gpt<T, D, 500>::net<tf::repeat<2, toy::block>>, 4, 0>;
+  static_assert(wide::gradient_buffer_sizes[0] == tf::align_up(4 * T * 500 * sizeof(float)));
+  static_assert(wide::gradient_buffer_sizes[1] == tf::align_up(4 * T * D * sizeof(float)));
   MESSAGE("tiny GPT (T 64, D 32, 2 blocks, batch 4, adam) planned for the CPU: " << on_cpu::total_bytes
           << " bytes; for tf::cuda: " << on_gpu::total_bytes);
   CHECK(on_gpu::total_bytes < on_cpu::total_bytes);
