@@ -280,6 +280,16 @@ using bn_net = tf::sequential<tf::input<5>, tf::dense<8>, tf::batch_norm, tf::re
 template <class View>
 std::vector<float> copy_of(const View& values) { return {values.begin(), values.end()}; }
 
+// toy's samples first .. first + N - 1 as one batch of N.
+template <int N>
+auto batch_of_rows(const toy_data& toy, int first) {
+  tf::data::batch_of<N, tf::data::tensor_value<float, tf::shape<5>>, tf::data::tensor_value<std::int32_t, tf::shape<>>> b;
+  std::copy_n(toy.features.begin() + first * 5, N * 5, b.features.begin());
+  std::copy_n(toy.labels.begin() + first, N, b.labels.begin());
+  b.valid = N;
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("normalization layers state their shapes, parameters and names at compile time") {
@@ -520,23 +530,14 @@ TEST_CASE("in a model, fit moves batch_norm's statistics by Keras's rule and nev
 
 TEST_CASE("a last partial batch trains batch_norm over its valid samples only, as a batch of just them would") {
   toy_data toy(13);  // batch<8>: 8, then a partial batch of 5
-  using features = tf::data::tensor_value<float, tf::shape<5>>;
-  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
-  const auto batch_of_rows = [&]<int N>(std::integral_constant<int, N>, int first) {
-    tf::data::batch_of<N, features, label> b;
-    std::copy_n(toy.features.begin() + first * 5, N * 5, b.features.begin());
-    std::copy_n(toy.labels.begin() + first, N, b.labels.begin());
-    b.valid = N;
-    return b;
-  };
   tf::model<bn_net> partial{5}, separate{5};
   for (auto* m : {&partial, &separate})
     m->compile(tf::optimizers::sgd{.learning_rate = 0.1f}, tf::losses::sparse_categorical_crossentropy{.from_logits = true});
   const auto history = partial.fit(tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<8>,
                                    {.verbose = 0});
   CHECK(partial.iterations() == 2);
-  const double first = separate.train_on_batch(batch_of_rows(std::integral_constant<int, 8>{}, 0));
-  const double second = separate.train_on_batch(batch_of_rows(std::integral_constant<int, 5>{}, 8));
+  const double first = separate.train_on_batch(batch_of_rows<8>(toy, 0));
+  const double second = separate.train_on_batch(batch_of_rows<5>(toy, 8));
   CHECK(history["loss"][0] == doctest::Approx((8 * first + 5 * second) / 13).epsilon(1e-5));
   const auto a = copy_of(partial.parameter_region()), b = copy_of(separate.parameter_region());
   REQUIRE(a.size() == b.size());
@@ -547,15 +548,6 @@ TEST_CASE("a last partial batch trains batch_norm over its valid samples only, a
 
 TEST_CASE("mirrored<2, sync_batch_norm_statistics>: a last partial batch on replica 0 alone moves the statistics by its samples") {
   toy_data toy(11);  // batch<8>, 4 samples a replica: 8, then 3, all on replica 0
-  using features = tf::data::tensor_value<float, tf::shape<5>>;
-  using label = tf::data::tensor_value<std::int32_t, tf::shape<>>;
-  const auto batch_of_rows = [&]<int N>(std::integral_constant<int, N>, int first) {
-    tf::data::batch_of<N, features, label> b;
-    std::copy_n(toy.features.begin() + first * 5, N * 5, b.features.begin());
-    std::copy_n(toy.labels.begin() + first, N, b.labels.begin());
-    b.valid = N;
-    return b;
-  };
   using synced = tf::mirrored<2, tf::sync_batch_norm_statistics>;
   tf::model<bn_net, tf::float32, synced> fitted{5}, first_step{5};
   tf::model<bn_net> single{5};
@@ -568,12 +560,12 @@ TEST_CASE("mirrored<2, sync_batch_norm_statistics>: a last partial batch on repl
   fitted.fit(tf::data::from_tensor_slices<tf::shape<5>>(toy.features, toy.labels) | tf::data::batch<8>, {.verbose = 0});
   CHECK(fitted.iterations() == 2);
   // The same first step; then the 3 samples alone on one device, from its weights and statistics.
-  first_step.train_on_batch(batch_of_rows(std::integral_constant<int, 8>{}, 0));
+  first_step.train_on_batch(batch_of_rows<8>(toy, 0));
   const auto path = std::filesystem::temp_directory_path() / "typeflow_sync_statistics_test.safetensors";
   first_step.save_weights(path);
   single.load_weights(path);
   std::filesystem::remove(path);
-  single.train_on_batch(batch_of_rows(std::integral_constant<int, 3>{}, 8));
+  single.train_on_batch(batch_of_rows<3>(toy, 8));
   // Replica 1, without samples, kept the statistics it had: a plain mean
   // would have moved them half as far.
   for (const char* name : {"layers.2.moving_mean", "layers.2.moving_variance"}) {
