@@ -123,8 +123,6 @@ class engine<Net, Policy, Strategy, cpu> {
   template <class Batch>
   struct step_ops {
     using batch_type = Batch;
-    using label_type = typename Batch::label_value;
-    static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
     using program_type = step_program<Net, shard, cpu>;
     static constexpr std::size_t features_per_shard = shard * Batch::features_type::size;
@@ -225,7 +223,7 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     step_outcome outcome(int) const { return result; }
     const float* outputs(int r, int) const { return programs[r]->output(); }
-    const label_type* labels(int r, int parity) const {
+    const typename Batch::label_value* labels(int r, int parity) const {
       return staged_at[parity]->labels.data() + r * labels_per_shard;
     }
     static std::optional<double> metric_hits(int, int, std::size_t) { return std::nullopt; }  // they read the outputs

@@ -207,8 +207,6 @@ class engine<Net, Policy, Strategy, cuda> {
   template <class Batch>
   struct step_ops {
     using batch_type = Batch;
-    using label_type = typename Batch::label_value;
-    static constexpr int replicas = replica_count;
     static constexpr int shard = shard_of<Strategy, Batch::size>();
     static constexpr int rows = shard * static_cast<int>(rows_per_sample);
     // A last partial batch (train/training_step.hpp): the captured step
@@ -335,8 +333,9 @@ class engine<Net, Policy, Strategy, cuda> {
     step_outcome outcome(int) { return e.template step_outcome_of<shard>(); }
     const float* outputs(int r, int) const { return e.replicas_[static_cast<std::size_t>(r)]->results() + rows; }
     // Each shard's labels are still in its pinned buffer: the next batch went to the other one.
-    const label_type* labels(int r, int parity) const {
-      return e.replicas_[static_cast<std::size_t>(r)]->template labels_on_host<label_type>(parity);
+    const typename Batch::label_value* labels(int r, int parity) const {
+      using label = typename Batch::label_value;
+      return e.replicas_[static_cast<std::size_t>(r)]->template labels_on_host<label>(parity);
     }
     std::optional<double> metric_hits(int r, int parity, std::size_t i) const {
       if (!e.metric_rules_[i]) return std::nullopt;

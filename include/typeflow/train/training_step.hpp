@@ -32,7 +32,7 @@
 //
 // Ops (train/cpu_engine.hpp's and train/cuda_engine.hpp's engine::step_ops)
 // provide, for one batch type:
-//   batch_type, replicas (in this process), shard (samples per replica)
+//   batch_type, shard (samples per replica; the batch's size / shard replicas in this process)
 //   check(batch)                       the device's own checks (may throw std::logic_error)
 //   stage(batch, parity)               batch k (parity k % 2) toward the replicas
 //   begin(parity, samples)             the step's counters; samples: the batch's valid ones
@@ -99,7 +99,7 @@ constexpr int replica_valid(int valid, int r, int shard) {
 template <class Net, bool LossScaling, class Ops>
 class training_steps {
   using batch_type = typename Ops::batch_type;
-  using label_type = typename batch_type::label_value;
+  static constexpr int replicas = batch_type::size / Ops::shard;  // in this process
   static constexpr int classes = training_state<Net>::classes;
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
 
@@ -152,7 +152,7 @@ class training_steps {
     const int samples = valid_[static_cast<std::size_t>(parity)];
     if constexpr (Net::has_regularizers) training_.regularization_mean.update(outcome.penalty, samples);
     training_.loss_mean.update(loss, samples);
-    for (int r = 0; r < Ops::replicas; ++r) {
+    for (int r = 0; r < replicas; ++r) {
       const std::ptrdiff_t rows =
           static_cast<std::ptrdiff_t>(replica_valid(samples, r, Ops::shard)) * static_cast<std::ptrdiff_t>(rows_per_sample);
       if (rows == 0) continue;
