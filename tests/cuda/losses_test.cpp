@@ -53,7 +53,7 @@ void check_against_cpu(const Loss& loss, int rows, int width, int valid, bool pr
   cu::device_buffer gradient(in.out.size() * sizeof(float)), row_losses(static_cast<std::size_t>(rows) * sizeof(float));
   const auto device_loss = cu::make_device_loss(loss);
   device_loss->record(out.template data<float>(), targets.data(), gradient.template data<float>(),
-                      row_losses.template data<float>(), rows, width, valid, nullptr);
+                      row_losses.template data<float>(), rows, width, width, valid, nullptr);
   TYPEFLOW_CUDA_CHECK(cudaDeviceSynchronize());
   const auto gpu_gradient = from_device(gradient, in.out.size());
   const auto gpu_loss = from_device(row_losses, static_cast<std::size_t>(rows));

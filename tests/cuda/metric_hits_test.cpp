@@ -4,6 +4,7 @@
 // the device, against evaluate's, which reads the outputs on the host.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -36,15 +37,24 @@ rows_of make_rows(int rows, int classes, std::uint32_t seed) {
   return r;
 }
 
+// stride > classes: the outputs' rows that far apart, as a GPU's tied_logits
+// head stores them, the padding holding values that would win every argmax.
 unsigned long long device_count(tf::hit_count_rule rule, bool sparse, const rows_of& in, int rows, int classes,
-                                int valid_samples, int rows_per_sample) {
-  const auto out = to_device(in.out), targets = to_device(in.targets), ids = to_device(in.ids);
+                                int valid_samples, int rows_per_sample, int stride = 0) {
+  std::vector<float> stored = in.out;
+  if (stride > classes) {
+    stored.assign(static_cast<std::size_t>(rows) * stride, 1e30f);
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(in.out.begin() + static_cast<std::ptrdiff_t>(r) * classes, classes,
+                  stored.begin() + static_cast<std::ptrdiff_t>(r) * stride);
+  }
+  const auto out = to_device(stored), targets = to_device(in.targets), ids = to_device(in.ids);
   const auto valid = to_device(std::vector<std::int32_t>{valid_samples});
   cu::device_buffer hits(sizeof(unsigned long long));
   TYPEFLOW_CUDA_CHECK(cudaMemset(hits.data(), 0, sizeof(unsigned long long)));
   cu::count_hits(rule, sparse, out.template data<float>(), sparse ? ids.data() : targets.data(), rows, classes,
                  valid.template data<std::int32_t>(), rows_per_sample, hits.template data<unsigned long long>(),
-                 nullptr);
+                 nullptr, stride);
   unsigned long long count = 0;
   TYPEFLOW_CUDA_CHECK(cudaMemcpy(&count, hits.data(), sizeof(count), cudaMemcpyDeviceToHost));
   return count;
@@ -71,6 +81,14 @@ TEST_CASE("cuda metric hits: the device's count is the CPU metrics', at a vocabu
       tf::metrics::sparse_top_k_categorical_accuracy top{.k = 3};
       top.update(in.out.data(), in.ids.data(), counted, classes);
       CHECK(device_count({tf::hit_rule::top_k, 3}, true, in, rows, classes, valid, rows_per_sample) ==
+            static_cast<unsigned long long>(top.hits));
+      // Rows padded to a multiple of 64, as a tied_logits head stores them.
+      const int stride = (classes + 63) / 64 * 64;
+      CHECK(device_count({}, true, in, rows, classes, valid, rows_per_sample, stride) ==
+            static_cast<unsigned long long>(sparse.hits));
+      CHECK(device_count({}, false, in, rows, classes, valid, rows_per_sample, stride) ==
+            static_cast<unsigned long long>(dense.hits));
+      CHECK(device_count({tf::hit_rule::top_k, 3}, true, in, rows, classes, valid, rows_per_sample, stride) ==
             static_cast<unsigned long long>(top.hits));
     }
   }

@@ -414,6 +414,43 @@ TEST_CASE("softmax cross-entropy kernels: from logits and from probabilities mat
       }
 }
 
+// A GPU's tied_logits head stores its rows padded (layers/embedding.hpp):
+// the kernels read and write the first `classes` columns of rows
+// `row_stride` apart, never the padding (NaN in the input, a sentinel in the
+// gradient that must survive), whichever path the width takes.
+TEST_CASE("softmax cross-entropy kernels: rows row_stride apart leave their padding alone") {
+  constexpr float sentinel = 321.f;
+  for (auto [classes, stride] : {std::pair{50, 64}, std::pair{1000, 1024}, std::pair{50257, 50304}})
+    for (bool from_logits : {true, false}) {
+      CAPTURE(classes);
+      CAPTURE(from_logits);
+      const int rows = classes > 10000 ? 6 : 37, valid = rows - 2;
+      const std::uint32_t seed = 7000u + static_cast<std::uint32_t>(classes);
+      const auto packed = from_logits ? logits_for(rows, classes, seed) : probabilities_for(rows, classes, seed);
+      const auto labels = labels_for(rows, classes, seed + 1);
+      std::vector<float> padded(static_cast<std::size_t>(rows) * stride, std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> gradient(padded.size(), sentinel);
+      for (int r = 0; r < rows; ++r)
+        std::copy_n(packed.begin() + static_cast<std::ptrdiff_t>(r) * classes, classes,
+                    padded.begin() + static_cast<std::ptrdiff_t>(r) * stride);
+      cu::stream s;
+      cu::device_buffer z = upload(padded), y = upload(labels), g = upload(gradient), loss(sizeof(float) * rows);
+      cu::sparse_categorical_crossentropy(from_logits, z.data<float>(), y.data<std::int32_t>(), g.data<float>(),
+                                          loss.data<float>(), rows, classes, valid, 1.f, s.get(), nullptr, stride);
+      s.synchronize();
+      const auto got_gradient = download(g.data<float>(), padded.size());
+      xent_result got;
+      got.loss = download(loss.data<float>(), rows);
+      for (int r = 0; r < rows; ++r) {
+        const auto row = got_gradient.begin() + static_cast<std::ptrdiff_t>(r) * stride;
+        got.gradient.insert(got.gradient.end(), row, row + classes);
+        for (int j = classes; j < stride; ++j) REQUIRE(row[j] == sentinel);
+      }
+      check_xent(got, xent_reference(packed, labels, rows, classes, valid, 1.f, from_logits),
+                 1.0 / static_cast<double>(valid));
+    }
+}
+
 TEST_CASE("softmax cross-entropy kernels: out-of-range labels are flagged, never read, and zero their rows") {
   for (int classes : {64, 1000, 50257})
     for (bool from_logits : {true, false}) {

@@ -106,13 +106,19 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   static_assert(dense_gpu::scratch_bytes_per_sample == 0 && dense_gpu::scratch_bytes_per_step == 0);
   static_assert(dense_gpu::workspace_bytes_per_sample == 0 && dense_gpu::workspace_bytes_per_step == 0);
   // The whole language model: the same parameters at the same offsets, the
-  // same activations; two attention layers' P fewer, and tied_logits' and
-  // attention's host operands gone from the scratch.
+  // same activations but the logits, whose rows the GPU pads from 50 to 64
+  // columns (and their gradient); two attention layers' P fewer, and
+  // tied_logits' and attention's host operands gone from the scratch.
   using on_cpu = lm_plan<false>;
   using on_gpu = lm_plan<true>;
   static_assert(on_gpu::parameter_bytes == on_cpu::parameter_bytes && on_gpu::slots_offset == on_cpu::slots_offset);
   static_assert(on_gpu::layer_parameter_offset == on_cpu::layer_parameter_offset);
-  static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes);
+  static_assert(lm::under<tf::mixed_bfloat16, true>::output_row_stride == 64 &&
+                lm::under<tf::mixed_bfloat16, false>::output_row_stride == 50);
+  constexpr std::size_t cpu_logits = tf::align_up(4 * T * 50 * sizeof(float));
+  constexpr std::size_t gpu_logits = tf::align_up(4 * T * 64 * sizeof(float));
+  static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes - cpu_logits + gpu_logits);
+  static_assert(on_cpu::gradient_buffer_sizes[0] == cpu_logits && on_gpu::gradient_buffer_sizes[0] == gpu_logits);
   static_assert(on_cpu::workspace_total_bytes >= on_gpu::workspace_total_bytes + 2 * 4 * cpu::probability_bytes);
   static_assert(on_gpu::scratch_bytes < on_cpu::scratch_bytes);
   // On both devices the two gradient buffers are each as large as the

@@ -298,6 +298,11 @@ struct layer_defaults {
   static constexpr std::size_t scratch_bytes_per_step = 0;
   // Whether the layer reads the network's embedding matrix (tied_logits).
   static constexpr bool uses_tied_embedding = false;
+  // The length its output's rows are stored with when longer than the
+  // output shape's last axis, 0 when not: tied_logits pads the vocabulary
+  // on a GPU (layers/embedding.hpp). The plan sizes the output and its
+  // gradient by it (stored_output_size); the extra columns mean nothing.
+  static constexpr int stored_row_length = 0;
   // Whether its parameters' names are whole ("blocks.3.attn.qkv.kernel")
   // rather than relative to "layers.<position>." (repeat<> at the top level).
   static constexpr bool absolute_names = false;
@@ -306,6 +311,18 @@ struct layer_defaults {
   using compute_dtype = float32;
   using output_dtype = float32;
 };
+
+// Floats of one sample's output as the plan stores it (its rows padded
+// to stored_row_length where a layer asks for it).
+template <class L>
+constexpr std::size_t stored_output_size() {
+  using out = typename L::output_shape;
+  if constexpr (requires { L::stored_row_length; })
+    if constexpr (L::stored_row_length > 0)
+      return out::size / static_cast<std::size_t>(out::template dim<-1>) *
+             static_cast<std::size_t>(L::stored_row_length);
+  return out::size;
+}
 
 // What executors without library primitives share: no scratchpad to bind
 // (see contract/executor.hpp for the executor's contract).

@@ -212,6 +212,16 @@ struct tied_logits {
     using input_shape = In;
     using output_shape = replace_last_t<In, vocab>;
     static constexpr bool uses_tied_embedding = true;
+    // Bound for a GPU as the network's last layer, the logits' rows (and
+    // their gradient's) are stored padded to a multiple of 64 columns
+    // (50257 -> 50304), so that the products' leading dimensions are
+    // 16-byte aligned, as cuBLASLt's fastest kernels want. The products,
+    // the loss, the metrics and the copies to the host use the first
+    // `vocab` columns (row_stride apart); the parameters and weights files
+    // are unchanged.
+    static constexpr bool pads_rows = Context::gpu && !Context::nested && std::is_void_v<typename Context::next>;
+    static constexpr int stored_row_length = pads_rows && vocab % 64 != 0 ? (vocab + 63) / 64 * 64 : 0;
+    static constexpr int row_stride = stored_row_length > 0 ? stored_row_length : vocab;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * dim * vocab;
     // Under a 16-bit policy the product is a 16-bit one: its operands (the
     // input, the matrix, d_logits) and the gradients it writes are rounded,

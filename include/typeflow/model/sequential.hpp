@@ -119,9 +119,20 @@ struct bound_network {
   }
 
  public:
-  // Per-layer facts as arrays, indexed by position.
-  static constexpr auto output_sizes =
-      per_layer([]<class L>() { return L::output_shape::size; });
+  // Per-layer facts as arrays, indexed by position. A layer's output as
+  // stored: rows padded where the layer asks (contract/layer.hpp).
+  static constexpr auto output_sizes = per_layer([]<class L>() { return stored_output_size<L>(); });
+  // Floats from one row of the network's output (and of its gradient) to
+  // the next: the last axis, or a GPU's padded vocabulary (tied_logits).
+  static constexpr int output_row_stride = [] {
+    using last = layer<layer_count - 1>;
+    if constexpr (last::stored_row_length > 0)
+      return last::stored_row_length;
+    else if constexpr (last::output_shape::rank >= 1)
+      return last::output_shape::template dim<-1>;
+    else
+      return 1;
+  }();
   // Bytes of one element of each layer's stored output: 2 where it is kept in 16 bits.
   static constexpr auto output_element_bytes =
       per_layer([]<class L>() { return sizeof(typename L::output_dtype::value_type); });

@@ -276,7 +276,7 @@ template <class Net, std::size_t I>
 void add_layer_rows(std::vector<row>& rows, std::size_t& activation_bytes) {
   using layer = typename Net::template layer<I>;
   const bool shared = I > 0 && Net::output_aliases_input[I];
-  const std::size_t bytes = layer::output_shape::size * Net::output_element_bytes[I];
+  const std::size_t bytes = Net::output_sizes[I] * Net::output_element_bytes[I];
   if (!shared) activation_bytes += bytes;
   // Trained: all but statistics, and nothing of a frozen<...> layer.
   const std::size_t trained = Net::trainable[I] ? layer::params::trainable_count : 0;

@@ -81,6 +81,9 @@ class engine<Net, Policy, Strategy, cuda> {
   static constexpr bool loss_scaling = Policy::loss_scaling;
   using output_shape_type = typename Net::output_shape_type;
   static constexpr int classes = training_state<Net>::classes;
+  // Floats between the output's rows on the device (and its gradient's):
+  // classes, or the padded vocabulary of a tied_logits head.
+  static constexpr int row_stride = training_state<Net>::row_stride;
   static constexpr bool packed_outputs = network_io<Net>::packed_outputs;  // several outputs, a loss each
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
@@ -129,6 +132,9 @@ class engine<Net, Policy, Strategy, cuda> {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
                   "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses)");
+    static_assert(row_stride == classes || std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
+                  "compile on tf::cuda: a tied_logits head stores its rows padded to a multiple of 64 columns "
+                  "(layers/embedding.hpp); its loss is sparse_categorical_crossentropy, which reads class ids");
     if constexpr (backend::cuda::has_device_loss<Loss>) {
       if constexpr (packed_outputs) {
         std::vector<std::unique_ptr<backend::cuda::device_loss_base>> each;
@@ -231,13 +237,13 @@ class engine<Net, Policy, Strategy, cuda> {
       }
       void loss() {
         e.loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(),
-                        rows, classes, rows, s);
+                        rows, classes, row_stride, rows, s);
         if (e.weighted_[static_cast<std::size_t>(parity)]) {  // d_out[i, :] *= w[i], row_loss[i] *= w[i]
           const float* w = r.row_weights_on_device(parity);
           using scale = typeflow::detail::merge_fn::scale_rows;
-          backend::cuda::for_each_index(static_cast<std::size_t>(rows) * classes,
+          backend::cuda::for_each_index(static_cast<std::size_t>(rows) * row_stride,
                                         scale{w, program.output_gradient(), program.output_gradient(),
-                                              static_cast<std::size_t>(classes)},
+                                              static_cast<std::size_t>(row_stride)},
                                         s);
           backend::cuda::for_each_index(static_cast<std::size_t>(rows),
                                         scale{w, program.row_losses(), program.row_losses(), 1}, s);
@@ -247,7 +253,7 @@ class engine<Net, Policy, Strategy, cuda> {
       void scale_output_gradient() {
         if constexpr (loss_scaling)
           backend::cuda::map(program.output_gradient(), program.output_gradient(),
-                             static_cast<std::size_t>(rows) * classes,
+                             static_cast<std::size_t>(rows) * row_stride,
                              backend::cuda::multiply_by_device_value{&r.optimizer->state()->loss_scale}, s);
       }
     };
@@ -575,7 +581,7 @@ class engine<Net, Policy, Strategy, cuda> {
       if (metric_rules_[i])
         backend::cuda::count_hits(*metric_rules_[i], sparse, outputs, r.labels_on_device(parity), rows, classes,
                                   backend::cuda::valid_samples_on_device(r.context.step),
-                                  static_cast<int>(rows_per_sample), hits + i, s);
+                                  static_cast<int>(rows_per_sample), hits + i, s, row_stride);
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.hits_on_host(parity), hits, bytes, cudaMemcpyDeviceToHost, s));
   }
 
@@ -619,9 +625,7 @@ class engine<Net, Policy, Strategy, cuda> {
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     if (outputs_to_host_)
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.results() + rows, program.output(),
-                                          static_cast<std::size_t>(rows) * classes * sizeof(float),
-                                          cudaMemcpyDeviceToHost, s));
+      backend::cuda::copy_rows_to_host(r.results() + rows, program.output(), rows, classes, row_stride, s);
   }
 
   std::array<std::size_t, 8> slot_offsets() const {

@@ -53,12 +53,14 @@ class cuda_output_losses final : public backend::cuda::device_loss_base {
     b.floats = floats;
   }
 
-  // outputs, d_outputs: (rows, width) packed; labels: (rows, label width)
+  // outputs, d_outputs: (rows, width) packed (row_stride == width: a
+  // network with several outputs pads none); labels: (rows, label width)
   // packed floats (a class-id part's int32 bits); row_losses: (rows). The
   // host's steps (output_losses::per_output), each a kernel.
   void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows, int width,
-              int valid_rows, cudaStream_t s) const override {
+              int row_stride, int valid_rows, cudaStream_t s) const override {
     if (!host_) throw std::logic_error("cuda_output_losses: record before the host's losses are attached");
+    if (row_stride != width) throw std::logic_error("cuda_output_losses: the outputs' rows are padded");
     int device = 0;
     TYPEFLOW_CUDA_CHECK(cudaGetDevice(&device));
     const auto n = static_cast<std::size_t>(rows);
@@ -70,7 +72,8 @@ class cuda_output_losses final : public backend::cuda::device_loss_base {
     const auto each = [s](std::size_t count, const auto& f) { backend::cuda::for_each_index(count, f, s); };
     const auto run_loss = [&](std::size_t k, const float* o, const float* l, float* d, float* r, std::ptrdiff_t loss_rows,
                               int classes, std::ptrdiff_t valid_loss_rows) {
-      losses_[k]->record(o, l, d, r, static_cast<int>(loss_rows), classes, static_cast<int>(valid_loss_rows), s);
+      losses_[k]->record(o, l, d, r, static_cast<int>(loss_rows), classes, classes, static_cast<int>(valid_loss_rows),
+                         s);
     };
     host_->per_output(outputs, static_cast<const float*>(labels), d_outputs, row_losses, n,
                       static_cast<std::size_t>(valid_rows), held->second.buffer.template data<float>(), each, run_loss);

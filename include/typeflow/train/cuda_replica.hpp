@@ -287,6 +287,7 @@ void check_device_label_bytes(std::size_t label_values_per_sample, std::string_v
 template <class Net, int N>
 struct cuda_inference_pass {
   static constexpr int classes = cuda_replica<Net>::classes;
+  static constexpr int row_stride = training_state<Net>::row_stride;
   static constexpr int rows = N * static_cast<int>(cuda_replica<Net>::rows_per_sample);
   cuda_replica<Net>& r;
   typename cuda_replica<Net>::template program_type<N>& program;
@@ -305,11 +306,12 @@ struct cuda_inference_pass {
     r.run.training = false;
     program.forward();
   }
+  // `count` floats: whole rows of `classes` (their padding left behind).
   void append_outputs(std::vector<float>& to, std::size_t count) {
     const std::size_t at = to.size();
     to.resize(at + count);
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(to.data() + at, program.output(), count * sizeof(float),
-                                        cudaMemcpyDeviceToHost, r.compute.get()));
+    backend::cuda::copy_rows_to_host(to.data() + at, program.output(), static_cast<int>(count / classes), classes,
+                                     row_stride, r.compute.get());
     r.compute.synchronize();
   }
   // The loss over the valid rows; the row losses, and the metrics' hits or
@@ -322,7 +324,7 @@ struct cuda_inference_pass {
     r.stage_labels(batch.labels.data(), 0);
     r.staging[0].copied.wait_on(s);
     loss_executor->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(),
-                         rows, classes, valid_rows, s);
+                         rows, classes, row_stride, valid_rows, s);
     float* host = r.results();
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
@@ -341,14 +343,11 @@ struct cuda_inference_pass {
       for (std::size_t i = 0; i < rules.size(); ++i)
         if (rules[i])
           backend::cuda::count_hits(*rules[i], sparse, program.output(), r.labels_on_device(0), valid_rows, classes,
-                                    nullptr, 1, hits + i, s);
+                                    nullptr, 1, hits + i, s, row_stride);
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.hits_on_host(0), hits, rules.size() * sizeof(unsigned long long),
                                           cudaMemcpyDeviceToHost, s));
     }
-    if (outputs_read)
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host + rows, program.output(),
-                                          static_cast<std::size_t>(rows) * classes * sizeof(float),
-                                          cudaMemcpyDeviceToHost, s));
+    if (outputs_read) backend::cuda::copy_rows_to_host(host + rows, program.output(), rows, classes, row_stride, s);
     r.compute.synchronize();
     double sum = 0;
     const float* weights = batch.sample_weights.empty() ? nullptr : batch.sample_weights.data();

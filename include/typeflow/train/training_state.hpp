@@ -98,6 +98,9 @@ class training_state {
   using output_shape_type = typename Net::output_shape_type;
   static constexpr int classes = output_shape_type::rank >= 1 ? output_shape_type::template dim<-1> : 1;
   static constexpr std::size_t rows_per_sample = output_shape_type::size / classes;
+  // Floats from one output row to the next on the device: `classes`, or
+  // wider where the plan pads them (a GPU's tied_logits: contract/layer.hpp).
+  static constexpr int row_stride = Net::output_row_stride;
   static constexpr bool has_regularizers = Net::has_regularizers;
   static constexpr int max_slots = 8;
 

@@ -106,8 +106,12 @@ class tied_logits_executor {
   static constexpr int vocab = Layer::vocab;
   static constexpr int dim = Layer::dim;
   static constexpr int stride = Layer::stride;
+  // The logits' rows (and d_logits'), padded to a multiple of 64 as the
+  // network's last layer (layers/embedding.hpp): the products' leading
+  // dimension, while their vocabulary extent stays `vocab`.
+  static constexpr int row_stride = Layer::row_stride;
   static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * dim;
-  static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * vocab;
+  static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * row_stride;
   // Scratch under a 16-bit policy: [x][E, padded rows as stored][d_logits], each in the compute dtype.
   static constexpr std::size_t input_bytes =
       low_precision ? scratch_align(input_count * sizeof(compute_value)) : 0;
@@ -119,14 +123,14 @@ class tied_logits_executor {
  public:
   explicit tied_logits_executor(const layer_io<typeflow::cuda>& io)
       : io_(io),
-        // logits (rows, V) = x (rows, D) · Eᵀ
-        forward_(io.context->lt, {rows, vocab, dim, false, true, 0, stride}, product_precision, gemm_epilogue::none,
-                 false, false, io.context->gemm_workspace_bytes),
+        // logits (rows, V; rows row_stride apart) = x (rows, D) · Eᵀ
+        forward_(io.context->lt, {rows, vocab, dim, false, true, 0, stride, row_stride}, product_precision,
+                 gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes),
         // d_E (V, D) = d_logitsᵀ (V, rows) · x (rows, D), rows of `stride`
-        table_grad_(io.context->lt, {vocab, dim, rows, true, false, 0, 0, stride}, product_precision,
+        table_grad_(io.context->lt, {vocab, dim, rows, true, false, row_stride, 0, stride}, product_precision,
                     gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes),
         // d_x (rows, D) = d_logits (rows, V) · E (V, D)
-        input_grad_(io.context->lt, {rows, dim, vocab, false, false, 0, stride}, product_precision,
+        input_grad_(io.context->lt, {rows, dim, vocab, false, false, row_stride, stride}, product_precision,
                     gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes) {}
 
   std::size_t scratchpad_bytes() const { return input_bytes + table_bytes + logit_bytes; }

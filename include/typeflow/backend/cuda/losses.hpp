@@ -53,12 +53,15 @@ void row_loss(const Loss& loss, const float* outputs, const float* targets, floa
               int rows, int width, int valid_rows, float gradient_scale, cudaStream_t stream);
 
 // What the engine calls: labels are the batch's on the device (int32 class
-// ids for a sparse loss, one float per output value for a dense one).
+// ids for a sparse loss, one float per output value for a dense one). The
+// outputs and their gradient have rows of `width` values, row_stride apart
+// (a GPU's tied_logits pads them: training_state::row_stride); only the
+// sparse cross-entropy takes padded rows (the engine's compile checks it).
 struct device_loss_base {
   virtual ~device_loss_base() = default;
   virtual losses::label_form form() const = 0;
   virtual void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows,
-                      int width, int valid_rows, cudaStream_t stream) const = 0;
+                      int width, int row_stride, int valid_rows, cudaStream_t stream) const = 0;
   // Room for `rows` rows on the current device, before any record() is
   // captured (a loss per output keeps blocks there; the others need none).
   virtual void prepare(int /*rows*/) {}
@@ -73,13 +76,18 @@ struct device_loss final : device_loss_base {
   explicit device_loss(Loss l) : loss(l) {}
   losses::label_form form() const override { return Loss::labels; }
   void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows, int width,
-              int valid_rows, cudaStream_t stream) const override {
-    if constexpr (std::is_same_v<Loss, losses::sparse_categorical_crossentropy>)
+              int row_stride, int valid_rows, cudaStream_t stream) const override {
+    if constexpr (std::is_same_v<Loss, losses::sparse_categorical_crossentropy>) {
       sparse_categorical_crossentropy(loss.from_logits, outputs, static_cast<const std::int32_t*>(labels), d_outputs,
-                                      row_losses, rows, width, valid_rows, 1.f, stream);
-    else
+                                      row_losses, rows, width, valid_rows, 1.f, stream, nullptr, row_stride);
+    } else {
+      if (row_stride != width)
+        throw std::invalid_argument("typeflow: " + std::string(Loss::name) + " on tf::cuda reads rows of " +
+                                    std::to_string(width) + " values back to back, not " +
+                                    std::to_string(row_stride) + " apart");
       row_loss(loss, outputs, static_cast<const float*>(labels), d_outputs, row_losses, rows, width, valid_rows, 1.f,
                stream);
+    }
   }
 };
 

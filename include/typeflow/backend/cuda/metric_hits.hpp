@@ -4,7 +4,8 @@
 //
 // For the metrics whose update is a hit per row (core/row_ranking.hpp's
 // hit_count_rule: argmax, or top-k, against a class id or a dense target
-// row's argmax): `outputs` (rows, classes) float32; `labels` int32 ids
+// row's argmax): `outputs` (rows, classes) float32, rows
+// row_stride apart (0: classes; a GPU's tied_logits pads them); `labels` int32 ids
 // (sparse) or float targets (rows, classes); the rows counted are the first
 // valid_samples[0] * rows_per_sample (all of them when it is negative or
 // the pointer is null: the step values' count, backend/cuda/context.hpp).
@@ -24,6 +25,6 @@ namespace typeflow::backend::cuda {
 
 void count_hits(hit_count_rule count, bool sparse_labels, const float* outputs, const void* labels,
                 int rows, int classes, const std::int32_t* valid_samples, int rows_per_sample,
-                unsigned long long* hits, cudaStream_t stream);
+                unsigned long long* hits, cudaStream_t stream, int row_stride = 0);
 
 }  // namespace typeflow::backend::cuda

@@ -182,6 +182,20 @@ inline void copy_to_device(void* device, const void* host, std::size_t bytes) {
   TYPEFLOW_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
+
+// Device -> host on `stream`, not waited for: `rows` rows of `width` floats,
+// `stride` floats apart on the device (a padded tied_logits head), packed
+// on the host. One cudaMemcpy2DAsync; a plain copy when nothing is padded.
+inline void copy_rows_to_host(float* host, const float* device, int rows, int width, int stride, cudaStream_t stream) {
+  if (rows <= 0 || width <= 0) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * sizeof(float);
+  if (stride == width)
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, device, static_cast<std::size_t>(rows) * row_bytes,
+                                        cudaMemcpyDeviceToHost, stream));
+  else
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy2DAsync(host, row_bytes, device, static_cast<std::size_t>(stride) * sizeof(float),
+                                          row_bytes, static_cast<std::size_t>(rows), cudaMemcpyDeviceToHost, stream));
+}
 // A stream's work recorded once and replayed: capture() runs `record` with the
 // stream in capture mode (kernels and library calls are recorded, not run),
 // then launch() replays the whole step as one graph.

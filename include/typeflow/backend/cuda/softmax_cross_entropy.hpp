@@ -13,6 +13,10 @@
 //   softmax_backward                          the softmax layer's d_in, in place
 //   mean_of                                   mean of n floats into one device float
 //
+// Row strides: row r of the inputs and of the gradient starts at r *
+// row_stride (0: classes; a GPU's tied_logits pads its rows, layers/
+// embedding.hpp); only the first `classes` columns are read or written.
+//
 // Rows r >= valid_rows are padding: zero loss, zero gradient, and their
 // labels are never read (labels may hold just valid_rows entries).
 // valid_rows must lie in [0, rows]; valid_rows == 0 gives scale 0.
@@ -59,17 +63,18 @@ inline void check_loss_rows(const char* what, int rows, int width, int valid_row
 
 void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits, float* row_loss,
                                   int rows, int classes, int valid_rows, float gradient_scale, cudaStream_t stream,
-                                  int* bad_labels = nullptr);
+                                  int* bad_labels = nullptr, int row_stride = 0);
 
 void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
                                             float* d_probabilities, float* row_loss, int rows, int classes,
                                             int valid_rows, float gradient_scale, cudaStream_t stream,
-                                            int* bad_labels = nullptr);
+                                            int* bad_labels = nullptr, int row_stride = 0);
 
 // losses::sparse_categorical_crossentropy{from_logits} on the GPU: one of the two above.
 void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
                                      float* d_outputs, float* row_loss, int rows, int classes, int valid_rows,
-                                     float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr);
+                                     float gradient_scale, cudaStream_t stream, int* bad_labels = nullptr,
+                                     int row_stride = 0);
 
 void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream);
 

@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/row_ranking.hpp"
@@ -44,7 +46,7 @@ __device__ __forceinline__ int warp_count_greater(const float* row, int n, float
 }
 
 template <bool Sparse, hit_rule Rule>
-__global__ void hits_kernel(const float* outputs, const void* labels, int rows, int classes, int k,
+__global__ void hits_kernel(const float* outputs, const void* labels, int rows, int classes, int stride, int k,
                             const std::int32_t* valid_samples, int rows_per_sample, unsigned long long* hits) {
   const int lane = static_cast<int>(threadIdx.x) % lanes;
   const int warp = static_cast<int>(threadIdx.x) / lanes;
@@ -54,13 +56,14 @@ __global__ void hits_kernel(const float* outputs, const void* labels, int rows, 
     counted = *valid_samples * rows_per_sample;
   unsigned long long own = 0;
   for (int r = static_cast<int>(blockIdx.x) * warps + warp; r < counted; r += static_cast<int>(gridDim.x) * warps) {
-    const std::size_t at = static_cast<std::size_t>(r) * static_cast<std::size_t>(classes);
-    const float* row = outputs + at;
+    const float* row = outputs + static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
     int target;
     if constexpr (Sparse)
       target = static_cast<const std::int32_t*>(labels)[r];
     else
-      target = warp_argmax(static_cast<const float*>(labels) + at, classes, lane);
+      target = warp_argmax(
+          static_cast<const float*>(labels) + static_cast<std::size_t>(r) * static_cast<std::size_t>(classes), classes,
+          lane);
     bool hit;
     if constexpr (Rule == hit_rule::argmax)
       hit = warp_argmax(row, classes, lane) == target;
@@ -72,12 +75,12 @@ __global__ void hits_kernel(const float* outputs, const void* labels, int rows, 
 }
 
 template <bool Sparse, hit_rule Rule>
-void launch(int k, const float* outputs, const void* labels, int rows, int classes, const std::int32_t* valid_samples,
-            int rows_per_sample, unsigned long long* hits, cudaStream_t stream) {
+void launch(int k, const float* outputs, const void* labels, int rows, int classes, int stride,
+            const std::int32_t* valid_samples, int rows_per_sample, unsigned long long* hits, cudaStream_t stream) {
   constexpr int rows_per_block = static_cast<int>(threads) / lanes;
   const int blocks = (rows + rows_per_block - 1) / rows_per_block;
   hits_kernel<Sparse, Rule><<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), threads, 0, stream>>>(
-      outputs, labels, rows, classes, k, valid_samples, rows_per_sample, hits);
+      outputs, labels, rows, classes, stride, k, valid_samples, rows_per_sample, hits);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
@@ -85,17 +88,21 @@ void launch(int k, const float* outputs, const void* labels, int rows, int class
 
 void count_hits(hit_count_rule count, bool sparse_labels, const float* outputs, const void* labels,
                 int rows, int classes, const std::int32_t* valid_samples, int rows_per_sample,
-                unsigned long long* hits, cudaStream_t stream) {
+                unsigned long long* hits, cudaStream_t stream, int row_stride) {
   namespace mh = metric_hits_detail;
   if (rows <= 0 || classes <= 0) return;
+  if (row_stride != 0 && row_stride < classes)
+    throw std::invalid_argument("typeflow: count_hits: row_stride " + std::to_string(row_stride) +
+                                " is shorter than a row of " + std::to_string(classes) + " classes");
+  const int stride = row_stride == 0 ? classes : row_stride;
   using rule = hit_rule;
   const bool top_k = count.rule == rule::top_k;
   if (sparse_labels)
     (top_k ? mh::launch<true, rule::top_k> : mh::launch<true, rule::argmax>)(
-        count.k, outputs, labels, rows, classes, valid_samples, rows_per_sample, hits, stream);
+        count.k, outputs, labels, rows, classes, stride, valid_samples, rows_per_sample, hits, stream);
   else
     (top_k ? mh::launch<false, rule::top_k> : mh::launch<false, rule::argmax>)(
-        count.k, outputs, labels, rows, classes, valid_samples, rows_per_sample, hits, stream);
+        count.k, outputs, labels, rows, classes, stride, valid_samples, rows_per_sample, hits, stream);
 }
 
 }  // namespace typeflow::backend::cuda

@@ -54,7 +54,7 @@ __device__ __forceinline__ void write_dead_row(row_state state, int r, int t, fl
 template <int kGroup, bool kVec>
 __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
     xent_logits_held(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
-                     int valid_rows, float scale, int* bad_labels) {
+                     int stride, int valid_rows, float scale, int* bad_labels) {
   using row = gpu::held_row<kGroup, kVec>;
   using chunk = typename row::chunk_type;
   constexpr int W = row::width;
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
   const int t = static_cast<int>(threadIdx.x) % kGroup;
   for (int r = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup; r < rows;
        r += static_cast<int>(gridDim.x) * kRows) {
-    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {  // uniform over the group (block when kGroup > 32)
@@ -103,14 +103,14 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
 template <bool kVec>
 __global__ void __launch_bounds__(1024)
     xent_logits_streamed(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
-                         int valid_rows, float scale, int* bad_labels) {
+                         int stride, int valid_rows, float scale, int* bad_labels) {
   using chunk = gpu::chunk<kVec>;
   constexpr int W = chunk::width;
   constexpr int kStride = 1024 * W;
   __shared__ rm::max_sum slots[gpu::slot_count<0>];
   const int t = static_cast<int>(threadIdx.x);
   for (int r = static_cast<int>(blockIdx.x); r < rows; r += static_cast<int>(gridDim.x)) {
-    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {  // uniform over the block
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(1024)
 template <int kGroup, bool kVec>
 __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
     xent_probabilities_held(const float* p, const std::int32_t* labels, float* dp, float* row_loss, int rows, int n,
-                            int valid_rows, float scale, int* bad_labels) {
+                            int stride, int valid_rows, float scale, int* bad_labels) {
   using row = gpu::held_row<kGroup, kVec>;
   using chunk = typename row::chunk_type;
   constexpr int W = row::width;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
   const int t = static_cast<int>(threadIdx.x) % kGroup;
   for (int r = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup; r < rows;
        r += static_cast<int>(gridDim.x) * kRows) {
-    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {
@@ -197,14 +197,14 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
 template <bool kVec>
 __global__ void __launch_bounds__(1024)
     xent_probabilities_streamed(const float* p, const std::int32_t* labels, float* dp, float* row_loss, int rows, int n,
-                                int valid_rows, float scale, int* bad_labels) {
+                                int stride, int valid_rows, float scale, int* bad_labels) {
   using chunk = gpu::chunk<kVec>;
   constexpr int W = chunk::width;
   constexpr int kStride = 1024 * W;
   __shared__ rm::sum_pair slots[gpu::slot_count<0>];
   const int t = static_cast<int>(threadIdx.x);
   for (int r = static_cast<int>(blockIdx.x); r < rows; r += static_cast<int>(gridDim.x)) {
-    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {
@@ -329,6 +329,15 @@ __global__ void __launch_bounds__(1024) mean_kernel(const float* values, int n, 
   if (threadIdx.x == 0) *result = n > 0 ? static_cast<float>(s / n) : 0.f;
 }
 
+// The floats from one row to the next: classes (row_stride 0) or more.
+inline int stride_of(const char* what, int classes, int row_stride) {
+  if (row_stride == 0) return classes;
+  if (row_stride < classes)
+    throw std::invalid_argument(std::string("typeflow: ") + what + ": row_stride " + std::to_string(row_stride) +
+                                " is shorter than a row of " + std::to_string(classes) + " classes");
+  return row_stride;
+}
+
 inline float row_scale(float gradient_scale, int valid_rows) {
   return valid_rows > 0 ? gradient_scale / static_cast<float>(valid_rows) : 0.f;
 }
@@ -337,20 +346,21 @@ inline float row_scale(float gradient_scale, int valid_rows) {
 
 void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
                                          float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
-                                         cudaStream_t stream, int* bad_labels) {
+                                         cudaStream_t stream, int* bad_labels, int row_stride) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   check_loss_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
+  const int stride = d::stride_of("sparse_softmax_cross_entropy", classes, row_stride);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
-  const bool vec = classes % 4 == 0 && gpu::all_aligned16(logits, d_logits);
+  const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(logits, d_logits);
   gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
     if constexpr (kGroup == 0)
       d::xent_logits_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
-          logits, labels, d_logits, row_loss, rows, classes, valid_rows, scale, bad_labels);
+          logits, labels, d_logits, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     else
       d::xent_logits_held<kGroup, kVec><<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
-          logits, labels, d_logits, row_loss, rows, classes, valid_rows, scale, bad_labels);
+          logits, labels, d_logits, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     TYPEFLOW_CUDA_CHECK_LAUNCH();
   });
 }
@@ -358,34 +368,36 @@ void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* label
 void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
                                                    float* d_probabilities, float* row_loss, int rows, int classes,
                                                    int valid_rows, float gradient_scale, cudaStream_t stream,
-                                                   int* bad_labels) {
+                                                   int* bad_labels, int row_stride) {
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   check_loss_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
+  const int stride = d::stride_of("sparse_crossentropy_from_probabilities", classes, row_stride);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
-  const bool vec = classes % 4 == 0 && gpu::all_aligned16(probabilities, d_probabilities);
+  const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(probabilities, d_probabilities);
   gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
     if constexpr (kGroup == 0)
       d::xent_probabilities_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
-          probabilities, labels, d_probabilities, row_loss, rows, classes, valid_rows, scale, bad_labels);
+          probabilities, labels, d_probabilities, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     else
       d::xent_probabilities_held<kGroup, kVec>
           <<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
-              probabilities, labels, d_probabilities, row_loss, rows, classes, valid_rows, scale, bad_labels);
+              probabilities, labels, d_probabilities, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     TYPEFLOW_CUDA_CHECK_LAUNCH();
   });
 }
 
 void sparse_categorical_crossentropy(bool from_logits, const float* outputs, const std::int32_t* labels,
                                             float* d_outputs, float* row_loss, int rows, int classes, int valid_rows,
-                                            float gradient_scale, cudaStream_t stream, int* bad_labels) {
+                                            float gradient_scale, cudaStream_t stream, int* bad_labels,
+                                            int row_stride) {
   if (from_logits)
     sparse_softmax_cross_entropy(outputs, labels, d_outputs, row_loss, rows, classes, valid_rows, gradient_scale,
-                                 stream, bad_labels);
+                                 stream, bad_labels, row_stride);
   else
     sparse_crossentropy_from_probabilities(outputs, labels, d_outputs, row_loss, rows, classes, valid_rows,
-                                           gradient_scale, stream, bad_labels);
+                                           gradient_scale, stream, bad_labels, row_stride);
 }
 
 void softmax_forward(const float* z, float* p, int rows, int classes, cudaStream_t stream) {
