@@ -12,6 +12,11 @@
 // counts 2·m·n·k per GEMM.
 // copy/device_to_device/2GiB is the other ceiling: one cudaMemcpyAsync of
 // 2 GiB, its "GB/s" counting bytes read plus bytes written.
+// gemm/bfloat16/logits_{fwd,dX,dW}/ld{50257,50304}: GPT-2's tied head at
+// 8192 rows as tied_logits makes its three products (bf16 operands, float32
+// C), with the logits' rows 50257 floats apart as stored before, and 50304
+// as a GPU's tied_logits now pads them (layers/embedding.hpp): what the
+// padding gives, side by side in one run.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
@@ -71,22 +76,44 @@ constexpr gemm_size sizes[] = {{512, 512, 512},       {1024, 1024, 1024}, {2048,
 constexpr cu::gemm_precision precisions[] = {cu::gemm_precision::float32, cu::gemm_precision::tf32,
                                              cu::gemm_precision::bfloat16, cu::gemm_precision::float16};
 
-void bench_gemm(benchmark::State& state, cublasLtHandle_t handle, cu::gemm_precision precision, gemm_size size) {
+// GPT-2's head (8192 rows, D 768, V 50257): tied_logits' three products,
+// the logits' rows `ld` apart.
+struct head_product {
+  const char* name;
+  typeflow::gemm_shape shape;
+};
+head_product head_products(int ld, int which) {
+  constexpr int rows = 8192, dim = 768, vocab = 50257;
+  switch (which) {
+    case 0: return {"logits_fwd", {rows, vocab, dim, false, true, 0, 0, ld}};  // x · Eᵀ
+    case 1: return {"logits_dX", {rows, dim, vocab, false, false, ld, 0, 0}};  // d_logits · E
+    default: return {"logits_dW", {vocab, dim, rows, true, false, ld, 0, 0}};  // d_logitsᵀ · x
+  }
+}
+
+// Elements of a stored operand: rows of its leading dimension (0: packed).
+std::size_t stored(int rows, int columns, int ld) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(ld ? ld : columns);
+}
+
+void bench_gemm(benchmark::State& state, cublasLtHandle_t handle, cu::gemm_precision precision,
+                typeflow::gemm_shape shape, bool output_16bit) {
   try {
     const bool sixteen = precision == cu::gemm_precision::float16 || precision == cu::gemm_precision::bfloat16;
     const std::size_t element = sixteen ? 2 : 4;
-    const std::size_t m = size.m, n = size.n, k = size.k;
-    typeflow::gemm_shape shape;
-    shape.m = size.m;
-    shape.n = size.n;
-    shape.k = size.k;
-    const cu::matmul mm(handle, shape, precision, cu::gemm_epilogue::none, /*output_16bit=*/sixteen);
-    cu::device_buffer a(m * k * element), b(k * n * element), c(m * n * element);
+    const std::size_t m = shape.m, n = shape.n, k = shape.k;
+    const cu::matmul mm(handle, shape, precision, cu::gemm_epilogue::none, output_16bit);
+    const std::size_t a_count =
+        shape.transpose_a ? stored(shape.k, shape.m, shape.lda) : stored(shape.m, shape.k, shape.lda);
+    const std::size_t b_count =
+        shape.transpose_b ? stored(shape.n, shape.k, shape.ldb) : stored(shape.k, shape.n, shape.ldb);
+    cu::device_buffer a(a_count * element), b(b_count * element),
+        c(stored(shape.m, shape.n, shape.ldc) * (output_16bit ? 2 : 4));
     cu::device_buffer workspace(mm.workspace_bytes());
     cu::stream stream;
     cu::event start(true), stop(true);
-    fill(a.data(), m * k, precision, 1, stream.get());
-    fill(b.data(), k * n, precision, 2, stream.get());
+    fill(a.data(), a_count, precision, 1, stream.get());
+    fill(b.data(), b_count, precision, 2, stream.get());
 
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     // ~1 TFLOP per timed batch: about a millisecond at bf16 rates, so event
@@ -173,7 +200,22 @@ int main(int argc, char** argv) {
     for (const auto& size : sizes) {
       const std::string name = std::string("gemm/") + cu::to_string(precision) + "/" + std::to_string(size.m) + "x" +
                                std::to_string(size.n) + "x" + std::to_string(size.k);
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, handle.get(), precision, size)
+      const bool sixteen = precision == cu::gemm_precision::float16 || precision == cu::gemm_precision::bfloat16;
+      typeflow::gemm_shape shape;
+      shape.m = size.m;
+      shape.n = size.n;
+      shape.k = size.k;
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, handle.get(), precision, shape, sixteen)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3);
+    }
+  for (int which = 0; which < 3; ++which)
+    for (const int ld : {50257, 50304}) {
+      const head_product p = head_products(ld, which);
+      const std::string name = std::string("gemm/bfloat16/") + p.name + "/ld" + std::to_string(ld);
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, handle.get(), cu::gemm_precision::bfloat16, p.shape,
+                                   /*output_16bit=*/false)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.3);

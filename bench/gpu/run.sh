@@ -237,8 +237,15 @@ gemm() {
   tf_bf16=$(counter "$OUT/gemm.log" 'gemm/bfloat16/8192x8192x8192[^ ]*' 'TFLOP/s')
   torch_copy=$(grep -oE '^copy/device_to_device/2GiB GB/s=[0-9.]+' "$OUT/gemm.log" | cut -d= -f2)
   torch_bf16=$(awk '$1 == "8192x8192x8192" && $2 == "bfloat16" {print $4}' "$OUT/gemm.log")
+  # GPT-2's head products, the logits' rows 50257 and 50304 (padded) apart.
+  local head="" which
+  for which in fwd dX dW; do
+    head+=" $which $(counter "$OUT/gemm.log" "gemm/bfloat16/logits_$which/ld50257[^ ]*" 'TFLOP/s' || true)"
+    head+="/$(counter "$OUT/gemm.log" "gemm/bfloat16/logits_$which/ld50304[^ ]*" 'TFLOP/s' || true)"
+  done
   row gemm "$([ -n "$tf_bf16" ] && echo ok || echo FAILED)" $((SECONDS - t0)) \
-    "copy GB/s ${tf_copy:-?} (torch ${torch_copy:-?}); bf16 8192^3 TFLOP/s ${tf_bf16:-?} (torch ${torch_bf16:-?})"
+    "copy GB/s ${tf_copy:-?} (torch ${torch_copy:-?}); bf16 8192^3 TFLOP/s ${tf_bf16:-?} (torch ${torch_bf16:-?});\
+ head TFLOP/s unpadded/padded:$head"
 }
 norm() {
   local t0=$SECONDS
