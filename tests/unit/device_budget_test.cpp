@@ -107,7 +107,7 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   static_assert(dense_gpu::workspace_bytes_per_sample == 0 && dense_gpu::workspace_bytes_per_step == 0);
   // The whole language model: the same parameters at the same offsets, the
   // same activations but the logits, whose rows the GPU pads from 50 to 64
-  // columns (and their gradient); two attention layers' P fewer, and
+  // columns; two attention layers' P fewer, and
   // tied_logits' and attention's host operands gone from the scratch.
   using on_cpu = lm_plan<false>;
   using on_gpu = lm_plan<true>;
@@ -118,7 +118,14 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   constexpr std::size_t cpu_logits = tf::align_up(4 * T * 50 * sizeof(float));
   constexpr std::size_t gpu_logits = tf::align_up(4 * T * 64 * sizeof(float));
   static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes - cpu_logits + gpu_logits);
-  static_assert(on_cpu::gradient_buffer_sizes[0] == cpu_logits && on_gpu::gradient_buffer_sizes[0] == gpu_logits);
+  // The CPU's loss writes d_logits into gradient buffer 0; the GPU's over
+  // the logits themselves, so that its buffers hold (T, D) gradients only.
+  constexpr std::size_t last = on_gpu::layer_count - 1;
+  static_assert(on_cpu::gradient_buffer_sizes[0] == cpu_logits &&
+                on_cpu::output_gradient_offset(last) == on_cpu::gradient_buffer_offset[0]);
+  static_assert(on_gpu::output_gradient_offset(last) == on_gpu::activation_offset[last]);
+  static_assert(on_gpu::gradient_buffer_sizes[0] == tf::align_up(4 * T * D * sizeof(float)) &&
+                on_gpu::gradient_buffer_sizes[1] == tf::align_up(4 * T * D * sizeof(float)));
   static_assert(on_cpu::workspace_total_bytes >= on_gpu::workspace_total_bytes + 2 * 4 * cpu::probability_bytes);
   static_assert(on_gpu::scratch_bytes < on_cpu::scratch_bytes);
   // On both devices the two gradient buffers are each as large as the

@@ -303,6 +303,11 @@ struct layer_defaults {
   // on a GPU (layers/embedding.hpp). The plan sizes the output and its
   // gradient by it (stored_output_size); the extra columns mean nothing.
   static constexpr int stored_row_length = 0;
+  // Whether, as the network's last layer, the loss may write its gradient
+  // over this layer's output (its backward never reads the output): the
+  // plan then keeps no gradient buffer of the output's size. A GPU's
+  // tied_logits does (layers/embedding.hpp).
+  static constexpr bool loss_gradient_over_output = false;
   // Whether its parameters' names are whole ("blocks.3.attn.qkv.kernel")
   // rather than relative to "layers.<position>." (repeat<> at the top level).
   static constexpr bool absolute_names = false;

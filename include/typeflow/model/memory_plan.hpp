@@ -145,10 +145,13 @@ struct memory_plan {
   // The two gradient buffers, each as large as the largest output whose
   // gradient it holds: a language model's logits need only buffer 0 (the
   // loss's), its head's input gradient goes to buffer 1 (GPT-2 124M at 16 x
-  // 1024 tokens: 3.3 GB less than two buffers of the logits' size).
+  // 1024 tokens: 3.3 GB less than two buffers of the logits' size). Where
+  // the loss writes over the output (Net::loss_gradient_in_place: a GPU's
+  // tied_logits) the output's gradient needs neither.
   static constexpr std::array<std::size_t, 2> gradient_buffer_sizes = [] {
     std::array<std::size_t, 2> largest{};
     for (std::size_t i = 0; i < layer_count; ++i) {
+      if (i == layer_count - 1 && Net::loss_gradient_in_place) continue;
       const auto b = static_cast<std::size_t>(output_gradient_buffer[i]);
       largest[b] = Net::output_sizes[i] > largest[b] ? Net::output_sizes[i] : largest[b];
     }
@@ -158,6 +161,12 @@ struct memory_plan {
   static constexpr std::array<std::size_t, 2> gradient_buffer_offset{activations_end,
                                                                      activations_end + gradient_buffer_sizes[0]};
   static constexpr std::size_t gradient_buffers_end = gradient_buffer_offset[1] + gradient_buffer_sizes[1];
+  // Where d(loss)/d(output of layer i) lies: its gradient buffer, or the
+  // output itself for the last layer when the loss writes in place.
+  static constexpr std::size_t output_gradient_offset(std::size_t i) {
+    if (i == layer_count - 1 && Net::loss_gradient_in_place) return activation_offset[i];
+    return gradient_buffer_offset[output_gradient_buffer[i]];
+  }
 
   static constexpr std::size_t workspace_bytes(std::size_t layer) {
     return align_up(Batch * Net::workspace_bytes_per_sample[layer] + Net::workspace_bytes_per_step[layer]);

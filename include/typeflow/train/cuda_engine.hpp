@@ -132,9 +132,11 @@ class engine<Net, Policy, Strategy, cuda> {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
                   "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses)");
-    static_assert(row_stride == classes || std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
-                  "compile on tf::cuda: a tied_logits head stores its rows padded to a multiple of 64 columns "
-                  "(layers/embedding.hpp); its loss is sparse_categorical_crossentropy, which reads class ids");
+    static_assert((row_stride == classes && !Net::loss_gradient_in_place) ||
+                      std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
+                  "compile on tf::cuda: a tied_logits head stores its rows padded to a multiple of 64 columns and "
+                  "takes d_logits over the logits (layers/embedding.hpp); its loss is "
+                  "sparse_categorical_crossentropy, which reads class ids");
     if constexpr (backend::cuda::has_device_loss<Loss>) {
       if constexpr (packed_outputs) {
         std::vector<std::unique_ptr<backend::cuda::device_loss_base>> each;
@@ -235,7 +237,12 @@ class engine<Net, Policy, Strategy, cuda> {
         r.run.training = true;
         program.forward();  // on r.context.stream, which is s
       }
+      // The metrics read the outputs first: the loss may write its gradient
+      // over them (Net::loss_gradient_in_place).
       void loss() {
+        e.count_hits(r, program.output(), parity, rows, s);
+        if (e.outputs_to_host_)
+          backend::cuda::copy_rows_to_host(r.results() + rows, program.output(), rows, classes, row_stride, s);
         e.loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(),
                         rows, classes, row_stride, rows, s);
         if (e.weighted_[static_cast<std::size_t>(parity)]) {  // d_out[i, :] *= w[i], row_loss[i] *= w[i]
@@ -248,7 +255,6 @@ class engine<Net, Policy, Strategy, cuda> {
           backend::cuda::for_each_index(static_cast<std::size_t>(rows),
                                         scale{w, program.row_losses(), program.row_losses(), 1}, s);
         }
-        e.count_hits(r, program.output(), parity, rows, s);
       }
       void scale_output_gradient() {
         if constexpr (loss_scaling)
@@ -332,7 +338,7 @@ class engine<Net, Policy, Strategy, cuda> {
       if constexpr (replica_count > 1 && !loss_scaling) e.average_losses();
       for (auto& r : e.replicas_) {
         backend::cuda::device_guard on(r->device);
-        e.template record_update<shard>(*r, r->compute.get());
+        e.record_update(*r, r->compute.get());
       }
       if constexpr (Strategy::sync_statistics) e.average_statistics(valid, Batch::size, shard);
     }
@@ -600,13 +606,9 @@ class engine<Net, Policy, Strategy, cuda> {
 
   // The step's end: the optimizer (refusing the update for a non-finite
   // loss without loss scaling), then what the host reads back: the step
-  // state, the mean loss, and the outputs only when a metric that the
-  // device does not count reads them (a language model's logits are most of
-  // a step's memory traffic otherwise).
-  template <int Shard>
+  // state and the mean loss (the outputs went back before the loss, and
+  // only for a metric that the device does not count: replica_step::loss).
   void record_update(replica& r, cudaStream_t s) {
-    constexpr int rows = Shard * static_cast<int>(rows_per_sample);
-    auto& program = program_of<Shard>(r);
     float* scalars = r.step_scalars.template data<float>();
     // Regularizers on the (all-reduced) gradients, still scaled under
     // mixed_float16: their gradients are scaled alike before the
@@ -624,8 +626,6 @@ class engine<Net, Policy, Strategy, cuda> {
         cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
-    if (outputs_to_host_)
-      backend::cuda::copy_rows_to_host(r.results() + rows, program.output(), rows, classes, row_stride, s);
   }
 
   std::array<std::size_t, 8> slot_offsets() const {

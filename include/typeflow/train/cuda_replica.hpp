@@ -323,13 +323,10 @@ struct cuda_inference_pass {
     const cudaStream_t s = r.compute.get();
     r.stage_labels(batch.labels.data(), 0);
     r.staging[0].copied.wait_on(s);
-    loss_executor->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(),
-                         rows, classes, row_stride, valid_rows, s);
     float* host = r.results();
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
     // The metrics the device counts (backend/cuda/metric_hits.hpp) over the
-    // valid rows; the outputs come back only for the others.
+    // valid rows; the outputs come back only for the others. Both before
+    // the loss, which may write its gradient over the outputs.
     const bool sparse = loss_executor->form() == losses::label_form::sparse;
     bool outputs_read = false;
     rules.clear();
@@ -348,6 +345,10 @@ struct cuda_inference_pass {
                                           cudaMemcpyDeviceToHost, s));
     }
     if (outputs_read) backend::cuda::copy_rows_to_host(host + rows, program.output(), rows, classes, row_stride, s);
+    loss_executor->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(),
+                         rows, classes, row_stride, valid_rows, s);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
     r.compute.synchronize();
     double sum = 0;
     const float* weights = batch.sample_weights.empty() ? nullptr : batch.sample_weights.data();

@@ -46,7 +46,8 @@ class step_program {
 
   float* input() const { return activation(0); }
   float* output() const { return activation(last); }
-  // d(loss)/d(output), where the loss writes.
+  // d(loss)/d(output), where the loss writes: over output() itself where
+  // the plan says so (Net::loss_gradient_in_place, a GPU's tied_logits).
   float* output_gradient() const { return gradient_of_output(last); }
   float* row_losses() const { return reinterpret_cast<float*>(base_ + plan::loss_rows_offset); }
 
@@ -71,7 +72,7 @@ class step_program {
     return reinterpret_cast<float*>(base_ + plan::activation_offset[i]);
   }
   float* gradient_of_output(std::size_t i) const {
-    return reinterpret_cast<float*>(base_ + plan::gradient_buffer_offset[plan::output_gradient_buffer[i]]);
+    return reinterpret_cast<float*>(base_ + plan::output_gradient_offset(i));
   }
 
   template <std::size_t I>
