@@ -219,13 +219,13 @@ struct tied_logits {
     // the loss, the metrics and the copies to the host use the first
     // `vocab` columns (row_stride apart); the parameters and weights files
     // are unchanged.
-    static constexpr bool pads_rows = Context::gpu && !Context::nested && std::is_void_v<typename Context::next>;
-    static constexpr int stored_row_length = pads_rows && vocab % 64 != 0 ? (vocab + 63) / 64 * 64 : 0;
+    static constexpr bool gpu_head = Context::gpu && !Context::nested && std::is_void_v<typename Context::next>;
+    static constexpr int stored_row_length = gpu_head && vocab % 64 != 0 ? (vocab + 63) / 64 * 64 : 0;
     static constexpr int row_stride = stored_row_length > 0 ? stored_row_length : vocab;
     // And there the cross-entropy writes d_logits over the logits (its
     // backward reads d_logits, x and E, never the logits): GPT-2 at 16 x
     // 1024 tokens keeps one logits-sized buffer instead of two (3.1 GiB).
-    static constexpr bool loss_gradient_over_output = pads_rows;
+    static constexpr bool loss_gradient_over_output = gpu_head;
     static constexpr std::size_t flops_per_sample = 2 * rows_per_sample * dim * vocab;
     // Under a 16-bit policy the product is a 16-bit one: its operands (the
     // input, the matrix, d_logits) and the gradients it writes are rounded,

@@ -122,10 +122,10 @@ struct bound_network {
   // Per-layer facts as arrays, indexed by position. A layer's output as
   // stored: rows padded where the layer asks (contract/layer.hpp).
   static constexpr auto output_sizes = per_layer([]<class L>() { return stored_output_size<L>(); });
-  // Floats from one row of the network's output (and of its gradient) to
-  // the next: the last axis, or a GPU's padded vocabulary (tied_logits).
   // Whether the loss writes its gradient over the output (contract/layer.hpp).
   static constexpr bool loss_gradient_in_place = layer<layer_count - 1>::loss_gradient_over_output;
+  // Floats from one row of the network's output (and of its gradient) to
+  // the next: the last axis, or a GPU's padded vocabulary (tied_logits).
   static constexpr int output_row_stride = [] {
     using last = layer<layer_count - 1>;
     if constexpr (last::stored_row_length > 0)

@@ -132,8 +132,7 @@ class engine<Net, Policy, Strategy, cuda> {
     static_assert(backend::cuda::has_device_loss<Loss>,
                   "compile on tf::cuda: this loss has no executor on the GPU (backend/cuda/losses.hpp lists those "
                   "that have: sparse_categorical_crossentropy and device_row_losses' dense-target losses)");
-    static_assert((row_stride == classes && !Net::loss_gradient_in_place) ||
-                      std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
+    static_assert(!Net::loss_gradient_in_place || std::is_same_v<Loss, losses::sparse_categorical_crossentropy>,
                   "compile on tf::cuda: a tied_logits head stores its rows padded to a multiple of 64 columns and "
                   "takes d_logits over the logits (layers/embedding.hpp); its loss is "
                   "sparse_categorical_crossentropy, which reads class ids");

@@ -183,6 +183,17 @@ inline void copy_to_device(void* device, const void* host, std::size_t bytes) {
 }
 
 
+// The floats from one row to the next for a kernel over rows of `width`:
+// width when row_stride is 0, else row_stride, which may not be shorter
+// (a GPU's tied_logits pads its rows: layers/embedding.hpp).
+inline int row_stride_for(const char* what, int width, int row_stride) {
+  if (row_stride == 0) return width;
+  if (row_stride < width)
+    throw std::invalid_argument(std::string("typeflow: ") + what + ": row_stride " + std::to_string(row_stride) +
+                                " is shorter than a row of " + std::to_string(width));
+  return row_stride;
+}
+
 // Device -> host on `stream`, not waited for: `rows` rows of `width` floats,
 // `stride` floats apart on the device (a padded tied_logits head), packed
 // on the host. One cudaMemcpy2DAsync; a plain copy when nothing is padded.

@@ -14,8 +14,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/row_ranking.hpp"
@@ -91,10 +89,7 @@ void count_hits(hit_count_rule count, bool sparse_labels, const float* outputs, 
                 unsigned long long* hits, cudaStream_t stream, int row_stride) {
   namespace mh = metric_hits_detail;
   if (rows <= 0 || classes <= 0) return;
-  if (row_stride != 0 && row_stride < classes)
-    throw std::invalid_argument("typeflow: count_hits: row_stride " + std::to_string(row_stride) +
-                                " is shorter than a row of " + std::to_string(classes) + " classes");
-  const int stride = row_stride == 0 ? classes : row_stride;
+  const int stride = row_stride_for("count_hits", classes, row_stride);
   using rule = hit_rule;
   const bool top_k = count.rule == rule::top_k;
   if (sparse_labels)

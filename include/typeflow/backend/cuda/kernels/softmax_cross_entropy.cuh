@@ -329,15 +329,6 @@ __global__ void __launch_bounds__(1024) mean_kernel(const float* values, int n, 
   if (threadIdx.x == 0) *result = n > 0 ? static_cast<float>(s / n) : 0.f;
 }
 
-// The floats from one row to the next: classes (row_stride 0) or more.
-inline int stride_of(const char* what, int classes, int row_stride) {
-  if (row_stride == 0) return classes;
-  if (row_stride < classes)
-    throw std::invalid_argument(std::string("typeflow: ") + what + ": row_stride " + std::to_string(row_stride) +
-                                " is shorter than a row of " + std::to_string(classes) + " classes");
-  return row_stride;
-}
-
 inline float row_scale(float gradient_scale, int valid_rows) {
   return valid_rows > 0 ? gradient_scale / static_cast<float>(valid_rows) : 0.f;
 }
@@ -350,7 +341,7 @@ void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* label
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   check_loss_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
-  const int stride = d::stride_of("sparse_softmax_cross_entropy", classes, row_stride);
+  const int stride = row_stride_for("sparse_softmax_cross_entropy", classes, row_stride);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
   const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(logits, d_logits);
@@ -372,7 +363,7 @@ void sparse_crossentropy_from_probabilities(const float* probabilities, const st
   namespace d = softmax_detail;
   namespace gpu = typeflow::row_math::gpu;
   check_loss_rows("sparse_crossentropy_from_probabilities", rows, classes, valid_rows);
-  const int stride = d::stride_of("sparse_crossentropy_from_probabilities", classes, row_stride);
+  const int stride = row_stride_for("sparse_crossentropy_from_probabilities", classes, row_stride);
   if (rows == 0) return;
   const float scale = d::row_scale(gradient_scale, valid_rows);
   const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(probabilities, d_probabilities);
