@@ -2,7 +2,7 @@
 // must make the same collective calls in the same order, which one main makes
 // plain. ctest starts it itself (tests/CMakeLists.txt):
 //
-//   mpirun -np 2 multi_worker_test         the checks below, on every rank;
+//   mpirun -np 2 multi_worker_test         the checks below, on every rank (-np 4 too);
 //   multi_worker_test                      the same, as one worker without mpirun;
 //   mpirun -np 2 multi_worker_test MODE [TIMEOUT_SECONDS]
 //                                          rank 1 fails after 3 steps (MODE: stall,
@@ -18,7 +18,13 @@
 // itself; |a - b| / max(|a|, 1e-2), as tests/unit/mirrored_test.cpp); every rank holds
 // the same weights, bit for bit; the broadcast gives every rank rank 0's
 // initial weights whatever seed it was given; only rank 0 writes
-// save_weights. Returns non-zero if a check failed on any rank.
+// save_weights. zero<1|2, multi_worker> (each worker keeps its shard of the
+// optimizer slots, and under zero<2> of the mean gradient) trains to
+// multi_worker's weights and slots, bit for bit with one or two workers
+// (four: the reduce-scatter may sum in another order, 1e-5); its arena
+// holds one shard of each slot; its checkpoints continue bit for bit, and
+// load into a single-process model and into zero<1, mirrored<2>>. Returns
+// non-zero if a check failed on any rank.
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,6 +44,8 @@
 
 #include <typeflow/distribute/multi_worker.hpp>  // includes <mpi.h>, without MPI's C++ bindings
 #include <typeflow/typeflow.hpp>
+
+#include "../support/resume_fixture.hpp"
 
 namespace tf = typeflow;
 
@@ -206,6 +214,155 @@ void checks() {
   std::printf("[rank %d] loss over its shard %.6f, mean over the workers %.6f\n", rank, own, loss);
 }
 
+// A directory name shared by every rank of this job.
+std::filesystem::path job_path(const std::string& stem) {
+  long job = static_cast<long>(::getpid());
+  MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return stem + "_" + std::to_string(job);
+}
+
+// This rank's own directory name.
+std::filesystem::path own_path(const std::string& stem) { return stem + "_" + std::to_string(::getpid()); }
+
+// The largest |a - b| / max(|a|, 1e-3) over two checkpoints' tensors (rank 0 reads them).
+double largest_relative_gap(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
+  double worst = 0;
+  for (const auto& t : x.tensors.tensors()) {
+    const auto p = tf::checkpoint_floats(x.tensors, t.name), q = tf::checkpoint_floats(y.tensors, t.name);
+    if (p.size() != q.size()) return INFINITY;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      worst = std::max(worst, std::fabs(double{p[i]} - q[i]) / std::max(std::fabs(double{p[i]}), 1e-3));
+  }
+  return worst;
+}
+
+// zero<Stage, multi_worker> and multi_worker trained alike: the weights on
+// every rank and the optimizer's slots (gathered by save_checkpoint) are
+// multi_worker's, bit for bit with up to two workers, else within `four`.
+template <int Stage, int PerWorker, class Data, class Optimizer>
+void check_zero_matches(const Data& shard, Optimizer optimizer, const char* name, double four = 1e-5) {
+  tf::model<net, tf::float32, tf::zero<Stage, tf::multi_worker>> sharded{4};
+  tf::model<net, tf::float32, tf::multi_worker> plain{4};
+  compile(sharded, optimizer);
+  compile(plain, optimizer);
+  sharded.fit(shard, {.epochs = 1, .verbose = 0});
+  plain.fit(shard, {.epochs = 1, .verbose = 0});
+  const std::filesystem::path a = job_path("zero_test_a"), b = job_path("zero_test_b");
+  sharded.save_checkpoint(a);  // every rank joins the slots' all-gathers; the chief writes
+  plain.save_checkpoint(b);
+  sharded.strategy().inner.barrier();
+  check(same_on_every_rank(sharded.parameter_region()),
+        std::string(name) + ": zero<" + std::to_string(Stage) + ">'s weights are identical on every rank");
+  if (rank == 0) {
+    const double gap = largest_relative_gap(a, b);
+    const double limit = workers <= 2 ? 0.0 : four;
+    char text[240];
+    std::snprintf(text, sizeof text,
+                  "%s: zero<%d, multi_worker> over %d worker(s) gives multi_worker's weights and slots: largest "
+                  "relative gap %.3g (limit %g)",
+                  name, Stage, workers, gap, limit);
+    check(gap <= limit, text);
+    std::filesystem::remove_all(a);
+    std::filesystem::remove_all(b);
+  }
+}
+
+template <int PerWorker>
+void zero_checks() {
+  const auto data = full_data();
+  auto shard = data | tf::data::shard(workers, rank) | tf::data::batch<PerWorker>;
+  check_zero_matches<1, PerWorker>(shard, tf::optimizers::adam{}, "adam");
+  check_zero_matches<2, PerWorker>(shard, tf::optimizers::adam{}, "adam");
+  const tf::optimizers::sgd clipped{.learning_rate = 0.1, .momentum = 0.9f, .global_clipnorm = 0.5f};
+  check_zero_matches<2, PerWorker>(shard, clipped, "sgd with momentum and global_clipnorm");
+  const tf::optimizers::adamw ema{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f};
+  check_zero_matches<2, PerWorker>(shard, ema, "adamw with use_ema");
+
+  // Each worker's arena: the plan and two slots (adam's) of one shard each.
+  using zero2 = tf::model<net, tf::float32, tf::zero<2, tf::multi_worker>>;
+  zero2 model{4};
+  compile(model);
+  model.fit(shard | tf::data::take(1), {.epochs = 1, .verbose = 0});
+  const std::size_t shard_bytes = tf::shard_length(zero2::bound_network::trainable_floats, workers) * sizeof(float);
+  const std::size_t planned = tf::memory_plan<zero2::bound_network, PerWorker, 0>::total_bytes + 2 * shard_bytes;
+  check(model.arena_bytes() >= planned && model.arena_bytes() < planned + 4096,
+        "the arena holds the plan and two slots of " + std::to_string(shard_bytes) + " bytes: " +
+            std::to_string(model.arena_bytes()) + " bytes, planned " + std::to_string(planned));
+  std::string row;
+  for (const auto& [what, value] : model.settings())
+    if (what == "optimizer slots per replica") row = value;
+  std::string digits = row.substr(0, row.find(" bytes each (2 slots: "));
+  std::erase(digits, ',');
+  check(digits == std::to_string(shard_bytes), "settings() gives each worker's slot shard: \"" + row + "\"");
+
+  // A gradient that is not finite on the last worker only, in shard 0 (row 3
+  // of layers.1.kernel): every worker refuses the step, none updates its shard.
+  {
+    zero2 poisoned{4};
+    compile(poisoned);
+    poisoned.train_on_batch(tf::testing::numbered_batch<PerWorker, 12, 4>(rank));
+    const std::vector<float> before(poisoned.parameter_region().begin(), poisoned.parameter_region().end());
+    auto bad = tf::testing::numbered_batch<PerWorker, 12, 4>(10 + rank);
+    if (rank == workers - 1) bad.features[3] = NAN;  // its first sample's feature 3
+    std::string refusal;
+    try {
+      poisoned.train_on_batch(bad);
+    } catch (const tf::non_finite_error& e) {
+      refusal = e.what();
+    }
+    check(refusal.find("the gradient of layers.1.kernel is not finite") != std::string::npos &&
+              std::ranges::equal(poisoned.parameter_region(), before) && poisoned.iterations() == 1,
+          "a gradient that is not finite on one worker stops the step on every worker: \"" +
+              refusal.substr(0, 80) + "\"");
+  }
+
+  // A checkpoint written at step 13 continues bit for bit under zero<2>, and
+  // loads into a single-process model and into zero<1, mirrored<2>>.
+  auto shuffled = data | tf::data::shuffle(samples, 5) | tf::data::shard(workers, rank) | tf::data::batch<PerWorker>;
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  zero2 whole{4}, first{4}, resumed{rank == 0 ? 77u : 78u};
+  compile(whole, adam);
+  compile(first, adam);
+  compile(resumed, adam);
+  whole.fit(shuffled, {.epochs = 2, .verbose = 0});
+  const std::filesystem::path ckpt = job_path("zero_test_ckpt");
+  tf::callbacks::lambda_callback stop_at_13({.on_train_batch_end = [&](std::int64_t, const tf::logs&) {
+    if (first.iterations() != 13) return;
+    first.save_checkpoint(ckpt);
+    first.strategy().inner.barrier();  // written before any rank reads it
+    throw std::runtime_error("stop");  // the same step on every rank
+  }});
+  try {
+    first.fit(shuffled, {.epochs = 2, .callbacks = {&stop_at_13}, .verbose = 0});
+  } catch (const std::runtime_error&) {
+  }
+  resumed.load_checkpoint(ckpt);
+  resumed.fit(shuffled, {.epochs = 2, .verbose = 0});
+  check(resumed.iterations() == whole.iterations() &&
+            std::ranges::equal(resumed.parameter_region(), whole.parameter_region()),
+        "zero<2, multi_worker> continued from a checkpoint ends with the uninterrupted job's weights, bit for bit");
+  if (rank == 0) {
+    // The same state in one process, whole and in two in-process shards.
+    tf::model<net> single{0};
+    tf::model<net, tf::float32, tf::zero<1, tf::mirrored<2>>> in_process{0};
+    compile(single, adam);
+    compile(in_process, adam);
+    single.load_checkpoint(ckpt);
+    in_process.load_checkpoint(ckpt);
+    const std::filesystem::path x = own_path("zero_test_x"), y = own_path("zero_test_y");
+    const auto written = tf::io::list_checkpoints(ckpt).back();
+    check(tf::testing::same_tensors(single.save_checkpoint(x), written) &&
+              tf::testing::same_tensors(in_process.save_checkpoint(y), written),
+          "zero<2, multi_worker>'s checkpoint loads into one process and into zero<1, mirrored<2>>: the same "
+          "weights and slots, bit for bit");
+    std::filesystem::remove_all(x);
+    std::filesystem::remove_all(y);
+  }
+  model.strategy().inner.barrier();
+  if (rank == 0) std::filesystem::remove_all(ckpt);
+}
+
 // Rank 1 fails at the end of its third step; rank 0 trains on.
 struct fail_on_rank_1 : tf::callback {
   std::string_view mode;
@@ -256,6 +413,7 @@ template <int PerWorker>
 int run(int argc, char** argv) {
   if (argc > 1) return failure<PerWorker>(argv[1]);
   checks<PerWorker>();
+  zero_checks<PerWorker>();
   int total = failures;
   MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) std::printf("%s: %d failed checks over %d worker(s)\n", total ? "FAILED" : "PASSED", total, workers);

@@ -108,12 +108,15 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "typeflow/core/foreign_calls.hpp"
 #include "typeflow/distribute/strategy.hpp"
@@ -330,6 +333,44 @@ struct multi_worker {
     all_reduce_mean_of(data, n, MPI_DOUBLE, operation);
   }
 
+  // data[i] = the sum over the workers of data[i], in place (zero<2>'s
+  // squared norms and penalties, and its verdicts as counts).
+  void all_reduce_sum(double* data, std::size_t n, const char* operation = "an all-reduce of doubles") const {
+    if (size() == 1) return;
+    all_reduce_sum_of(data, n, MPI_DOUBLE, operation);
+  }
+
+  // zero<2>'s reduce-scatter (distribute/zero.hpp): `bounds` cuts the region
+  // [0, bounds.back()) into one shard per worker. On entry data holds this
+  // worker's whole region; on return shard rank() of it, data[bounds[r],
+  // bounds[r + 1]), holds the mean over the workers (libnbc sums each element
+  // once, so two workers get the all-reduce's bits); the rest is undefined.
+  void reduce_scatter_mean(float* data, std::span<const std::size_t> bounds,
+                           const char* operation = "the gradient reduce-scatter") const {
+    const int workers = size();
+    if (workers == 1) return;
+    shard_collective(bounds, operation, [&](const shard_counts& shards, MPI_Request* request) {
+      return MPI_Ireduce_scatter(MPI_IN_PLACE, data, shards.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, request);
+    });
+    // In place, MPI leaves this worker's sums at the start of the buffer.
+    const std::size_t own = static_cast<std::size_t>(rank());
+    const std::size_t n = bounds[own + 1] - bounds[own];
+    std::memmove(data + bounds[own], data, n * sizeof(float));
+    scale_to_mean(data + bounds[own], n, workers);
+  }
+
+  // zero<k>'s all-gather: on entry shard r of data, data[bounds[r],
+  // bounds[r + 1]), is current on worker r; on return every shard is on every
+  // worker, with its owner's bits.
+  void all_gather(float* data, std::span<const std::size_t> bounds,
+                  const char* operation = "the all-gather of the updated weights") const {
+    if (size() == 1) return;
+    shard_collective(bounds, operation, [&](const shard_counts& shards, MPI_Request* request) {
+      return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, shards.counts.data(), shards.offsets.data(),
+                             MPI_FLOAT, MPI_COMM_WORLD, request);
+    });
+  }
+
   // data = rank 0's data, on every worker.
   void broadcast(float* data, std::size_t n, const char* operation = "the broadcast of the initial weights") const {
     if (size() == 1) return;
@@ -358,10 +399,19 @@ struct multi_worker {
   void all_reduce_mean_of(T* data, std::size_t n, MPI_Datatype type, const char* operation) const {
     const int workers = size();
     if (workers == 1) return;
+    all_reduce_sum_of(data, n, type, operation);
+    scale_to_mean(data, n, workers);
+  }
+  template <class T>
+  void all_reduce_sum_of(T* data, std::size_t n, MPI_Datatype type, const char* operation) const {
     check_usable(operation);
     collective(n, operation, [&](std::size_t offset, int count, MPI_Request* request) {
       return MPI_Iallreduce(MPI_IN_PLACE, data + offset, count, type, MPI_SUM, MPI_COMM_WORLD, request);
     });
+  }
+  // A sum over the workers, divided by their number.
+  template <class T>
+  static void scale_to_mean(T* data, std::size_t n, int workers) {
     if ((workers & (workers - 1)) == 0) {  // a power of two: its reciprocal is exact, x * (1/W) == x / W
       const T reciprocal = T{1} / static_cast<T>(workers);
       for (std::size_t i = 0; i < n; ++i) data[i] *= reciprocal;
@@ -371,27 +421,61 @@ struct multi_worker {
     }
   }
 
+  // A shard cut's counts and offsets as MPI takes them (ints): one shard per
+  // worker, each offset within an int.
+  struct shard_counts {
+    std::vector<int> counts, offsets;
+    shard_counts(std::span<const std::size_t> bounds, int workers, const char* operation) {
+      if (bounds.size() != static_cast<std::size_t>(workers) + 1)
+        throw std::invalid_argument(std::string("multi_worker: ") + operation + " is given " +
+                                    std::to_string(bounds.size()) + " shard bounds for " + std::to_string(workers) +
+                                    " workers (want workers + 1)");
+      if (bounds.back() > static_cast<std::size_t>(INT_MAX))
+        throw std::length_error(std::string("multi_worker: ") + operation + " over " + std::to_string(bounds.back()) +
+                                " floats: MPI's counts and offsets are ints, at most " + std::to_string(INT_MAX));
+      for (int r = 0; r < workers; ++r) {
+        offsets.push_back(static_cast<int>(bounds[static_cast<std::size_t>(r)]));
+        counts.push_back(static_cast<int>(bounds[static_cast<std::size_t>(r) + 1] - bounds[static_cast<std::size_t>(r)]));
+      }
+    }
+  };
+
+  // One non-blocking collective over a shard cut, `begin(counts, &request)`
+  // starting it, waited for against the deadline.
+  template <class Begin>
+  void shard_collective(std::span<const std::size_t> bounds, const char* operation, Begin&& begin) const {
+    check_usable(operation);
+    const shard_counts shards(bounds, size(), operation);
+    MPI_Request request;
+    start(operation, [&] { return begin(shards, &request); });
+    wait(&request, 1, operation);
+  }
+
+  // Starts one non-blocking collective, `begin()` returning MPI's status.
+  template <class Begin>
+  void start(const char* operation, Begin&& begin) const {
+    detail::foreign_call_scope foreign;
+    if (begin() != MPI_SUCCESS) {
+      process().mark_failed();
+      throw std::runtime_error("multi_worker: rank " + std::to_string(rank()) + " could not start " + operation);
+    }
+  }
+
   // Starts `start(offset, count, &request)` over n elements in chunks that an
   // int count can hold, a group at a time, and waits for each group.
   template <class Start>
-  void collective(std::size_t n, const char* operation, Start&& start) const {
+  void collective(std::size_t n, const char* operation, Start&& start_chunk) const {
     constexpr std::size_t chunk = std::size_t{1} << 30;
     constexpr int group = 8;
     MPI_Request requests[group];
     std::size_t offset = 0;
     do {
       int started = 0;
-      {
-        detail::foreign_call_scope foreign;
-        while (started < group && (offset < n || (n == 0 && started == 0))) {
-          const std::size_t count = std::min(chunk, n - offset);
-          if (start(offset, static_cast<int>(count), &requests[started]) != MPI_SUCCESS) {
-            process().mark_failed();
-            throw std::runtime_error("multi_worker: rank " + std::to_string(rank()) + " could not start " + operation);
-          }
-          ++started;
-          offset += count;
-        }
+      while (started < group && (offset < n || (n == 0 && started == 0))) {
+        const std::size_t count = std::min(chunk, n - offset);
+        start(operation, [&] { return start_chunk(offset, static_cast<int>(count), &requests[started]); });
+        ++started;
+        offset += count;
       }
       wait(requests, started, operation);
     } while (offset < n);

@@ -20,6 +20,11 @@
 //
 // bytes(slots) is the sum with `slots` optimizer slots: the largest replica's
 // arena on the CPU (train/cpu_replicas.hpp lays the replicas out so).
+//
+// zero<k, multi_worker>: the worker count is known only at run time, so the
+// compile-time figures (and a budget) are those of a job of one worker, whose
+// shard is the whole region: an upper bound. rank_memory_rows() gives each
+// worker's shard once the job's size is known.
 #pragma once
 
 #include <cstddef>
@@ -60,9 +65,11 @@ namespace distribute {
 
 // What each replica holds whatever the batch size, as (what, bytes) rows:
 // summary() prints them under a zero<> strategy, settings() lists them.
-// `slots` < 0 before compile().
+// `slots` < 0 before compile(). `workers`: the shards' count where it is
+// known only at run time (zero<k, multi_worker>: the job's workers), 0 where
+// it is not known at all (summary_text(), before any model exists).
 template <class Net, class Strategy>
-std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots) {
+std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int workers = Strategy::replicas) {
   using memory = rank_memory<Net, Strategy, 0>;
   const auto bytes = [](std::size_t n) {
     std::string digits = std::to_string(n), out;
@@ -72,23 +79,38 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots) {
     }
     return out + " bytes";
   };
+  // One shard of the trainable region, or all of it where nothing is sharded.
+  const bool known = workers > 0;
+  const std::size_t shard = memory::stage >= 1 && known ? shard_length(Net::trainable_floats, workers) * sizeof(float)
+                                                        : memory::slot_bytes;
+  const std::string unknown = "one shard per worker, the trainable region's " + bytes(memory::gradient_bytes) + " / workers";
   std::vector<std::pair<std::string, std::string>> rows{{"parameters", bytes(memory::parameter_bytes)}};
   std::string gradients = bytes(memory::gradient_bytes);
-  if (memory::reduced_gradient_bytes != memory::gradient_bytes)
-    gradients += " (the update keeps its shard of the mean: " + bytes(memory::reduced_gradient_bytes) + ")";
+  if (memory::stage >= 2)
+    gradients += " (the update keeps its shard of the mean: " + (known ? bytes(shard) : unknown) + ")";
   rows.emplace_back("gradients", gradients);
-  std::string slot_text = bytes(memory::slot_bytes) + " each";
-  if (slots >= 0) slot_text += " (" + std::to_string(slots) + " slots: " + bytes(memory::bytes(slots) - memory::bytes(0)) + ")";
+  std::string slot_text = memory::stage >= 1 && !known ? unknown + ", each" : bytes(shard) + " each";
+  if (slots >= 0 && (known || memory::stage == 0))
+    slot_text += " (" + std::to_string(slots) + " slots: " + bytes(static_cast<std::size_t>(slots) * shard) + ")";
   rows.emplace_back("optimizer slots", slot_text);
-  rows.emplace_back("activations", "those of its share of the batch, 1 / " + std::to_string(memory::replicas));
+  rows.emplace_back("activations", Strategy::across_processes ? std::string("those of its batch")
+                                                              : "those of its share of the batch, 1 / " +
+                                                                    std::to_string(memory::replicas));
   return rows;
 }
 
 // The rows as summary() prints them, under a heading naming the strategy.
 template <class Net, class Strategy>
-std::string rank_memory_text(int slots) {
-  std::string text = "Per replica (" + Strategy::name() + ", " + std::to_string(Strategy::replicas) + " replicas):\n";
-  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots)) text += "  " + what + ": " + value + "\n";
+std::string rank_memory_text(int slots, int workers = Strategy::replicas) {
+  std::string text = "Per replica (" + Strategy::name() + ", ";
+  if (!Strategy::across_processes)
+    text += std::to_string(Strategy::replicas) + " replicas";
+  else if (workers > 0)
+    text += std::to_string(workers) + (workers == 1 ? " worker" : " workers");
+  else
+    text += "one per worker";
+  text += "):\n";
+  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots, workers)) text += "  " + what + ": " + value + "\n";
   return text;
 }
 

@@ -19,17 +19,27 @@
 // mirrored<N>> trains to the same bits as mirrored<N> (global_clipnorm under
 // zero<2> aside: docs/strategies.md gives its tolerance).
 //
+// Over multi_worker the shards are the workers' (one replica per process),
+// cut at run time into as many shards as the job has workers
+// (shard_bounds); the collectives are MPI's reduce-scatter and all-gather,
+// whose sums, for two workers, are the all-reduce's bits.
+//
 // It is a strategy (distribute/strategy.hpp) whose facts and collectives are
 // Strategy's; its name, as checkpoints record it, is "zero<1, mirrored<2>>".
 // What runs: zero<1|2, mirrored<N>> (N >= 2) on tf::cpu, in
-// train/cpu_replicas.hpp. Every other combination is a compile error naming
-// what is not built (zero_runs below); rank_memory.hpp gives each replica's
-// bytes.
+// train/cpu_replicas.hpp, and zero<1|2, multi_worker> on tf::cpu, in
+// train/cpu_worker_shards.hpp. Every other combination is a compile error
+// naming what is not built (zero_runs below); rank_memory.hpp gives each
+// replica's bytes.
 #pragma once
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "typeflow/backend/device.hpp"
 #include "typeflow/distribute/strategy.hpp"
@@ -75,14 +85,20 @@ struct zero {
   [[no_unique_address]] Strategy inner{};
 };
 
+// The length of each of `shards` contiguous shards of `floats` floats:
+// ceil(floats / shards) rounded up to a 16-float (64-byte) line.
+constexpr std::size_t shard_length(std::size_t floats, int shards) {
+  constexpr std::size_t line_floats = 16;
+  const std::size_t count = static_cast<std::size_t>(shards);
+  return ((floats + count - 1) / count + line_floats - 1) / line_floats * line_floats;
+}
+
 // The region [0, Floats) cut into Shards contiguous shards, each boundary on
 // a 16-float line: shard s is [begin(s), end(s)), at most shard_floats long.
 template <std::size_t Floats, int Shards>
 struct region_shards {
   static_assert(Shards >= 1, "region_shards: at least one shard");
-  static constexpr std::size_t line_floats = 16;  // 64 bytes
-  static constexpr std::size_t shard_floats =
-      ((Floats + Shards - 1) / Shards + line_floats - 1) / line_floats * line_floats;
+  static constexpr std::size_t shard_floats = shard_length(Floats, Shards);
   static constexpr std::size_t shard_bytes = shard_floats * sizeof(float);
   static constexpr std::size_t begin(int s) {
     const std::size_t at = static_cast<std::size_t>(s) * shard_floats;
@@ -92,7 +108,28 @@ struct region_shards {
   static constexpr std::size_t size(int s) { return end(s) - begin(s); }
 };
 
+// The same cut when the shard count is known at run time (multi_worker's
+// workers): shards + 1 bounds, shard s is [bounds[s], bounds[s + 1]).
+inline std::vector<std::size_t> shard_bounds(std::size_t floats, int shards) {
+  const std::size_t length = shard_length(floats, shards);
+  std::vector<std::size_t> bounds(static_cast<std::size_t>(shards) + 1);
+  for (std::size_t s = 0; s < bounds.size(); ++s) bounds[s] = std::min(s * length, floats);
+  return bounds;
+}
+
 namespace distribute {
+
+// What a strategy across processes offers zero<k> (multi_worker does): the
+// job's size, and the shards' collectives (each a mean, a copy or a sum over
+// the processes; `bounds` cuts a region into one shard per process).
+template <class S>
+concept shard_collectives = requires(const S& s, float* values, double* sums, std::span<const std::size_t> bounds,
+                                     const char* operation) {
+  { s.size() } -> std::convertible_to<int>;
+  s.reduce_scatter_mean(values, bounds, operation);
+  s.all_gather(values, bounds, operation);
+  s.all_reduce_sum(sums, std::size_t{1}, operation);
+};
 
 // What of zero<> is built: one static_assert per missing part, each naming
 // it. model<> checks it for its strategy and device; true for any strategy
@@ -103,14 +140,17 @@ constexpr bool zero_runs() {
     static_assert(Strategy::stage != 3,
                   "zero<3, Strategy>: stage 3 (parameters sharded, gathered before each layer) is not built yet; "
                   "zero<1, Strategy> (optimizer slots) and zero<2, Strategy> (and gradients) are");
-    static_assert(!Strategy::across_processes,
-                  "zero<Stage, multi_worker>: sharding across processes is not built yet; "
-                  "zero<1|2, mirrored<N>> (replicas in one process) is");
-    static_assert(Strategy::replicas >= 2,
+    if constexpr (Strategy::across_processes)
+      static_assert(shard_collectives<typename Strategy::sharded_strategy>,
+                    "zero<Stage, Strategy> across processes: Strategy must give the shards' collectives, as "
+                    "multi_worker does: size(), reduce_scatter_mean(), all_gather(), all_reduce_sum() "
+                    "(distribute/zero.hpp)");
+    static_assert(Strategy::replicas >= 2 || Strategy::across_processes,
                   "zero<Stage, Strategy>: one replica has nothing to share its state with; use Strategy itself "
                   "(single_device, mirrored<1>), or zero<Stage, mirrored<N>> with N >= 2");
     static_assert(std::is_same_v<Device, cpu>,
-                  "zero<Stage, Strategy> on tf::cuda is not built yet; zero<1|2, mirrored<N>> runs on tf::cpu");
+                  "zero<Stage, Strategy> on tf::cuda is not built yet; zero<1|2, mirrored<N>> and "
+                  "zero<1|2, multi_worker> run on tf::cpu");
   }
   return true;
 }

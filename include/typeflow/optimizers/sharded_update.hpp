@@ -13,7 +13,10 @@
 //                 tensor that a shard boundary cuts that sum can differ from
 //                 the whole tensor's in its last bits (double), which can move
 //                 the float factor by an ulp. The global norm then adds the
-//                 tensors' in table order, as apply_update does.
+//                 tensors' in table order, as apply_update does. Across
+//                 processes (zero<2, multi_worker>) each process holds one
+//                 shard, and the tensors' norms are summed over the
+//                 processes (sum_across) before that.
 //   the verdicts  the NaN policy's and the loss scale's, which the engine
 //                 takes over every shard before calling this (so no shard
 //                 updates while another refuses): the arguments carry no
@@ -85,6 +88,11 @@ struct sharded_update {
   // nullptr (zero<2>): where the norms come from (above).
   const float* whole_grads = nullptr;
   shard_runner run;
+  // Shards held by other processes (zero<k, multi_worker>): `shards` is this
+  // process's own alone, and sum_across(context, norms, n) adds the tensors'
+  // squared norms over the processes (an MPI all-reduce); unset in one process.
+  void (*sum_across)(void* context, double* norms, std::size_t n) = nullptr;
+  void* sum_context = nullptr;
 };
 
 // Whether an optimizer can update in shards: one with a rule, or
@@ -131,6 +139,7 @@ void apply_sharded_update(const O& o, const sharded_update& u) {
       const double* piece = of_piece;
       for (const region_shard& shard : u.shards)
         for (std::size_t k = 0; k < shard.pieces.size(); ++k) whole[shard.tensor_of_piece[k]] += *piece++;
+      if (u.sum_across) u.sum_across(u.sum_context, whole, u.tensors.size());
     }
     double global = 0;
     for (std::size_t j = 0; j < u.tensors.size(); ++j)

@@ -8,7 +8,9 @@
 // through train/cpu_replicas.hpp, and so does zero<k, mirrored<N>>, whose
 // replicas each keep a shard of the optimizer's slots (the engine's arena
 // then holds replica 0's shard); multi_worker adds the strategy's MPI
-// collectives (a broadcast of the initial weights, the gradients' mean).
+// collectives (a broadcast of the initial weights, the gradients' mean), and
+// zero<k, multi_worker> shards across the workers through
+// train/cpu_worker_shards.hpp.
 #pragma once
 
 #include <array>
@@ -20,12 +22,15 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/backend/device.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/train/cpu_replicas.hpp"
+#include "typeflow/train/cpu_worker_shards.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/distribute/zero.hpp"
@@ -67,9 +72,13 @@ class engine<Net, Policy, Strategy, cpu> {
   static constexpr bool sharded = is_zero_v<Strategy>;
   static constexpr bool reduce_scattered = zero_stage_v<Strategy> >= 2;
   using replicas_type = cpu_replicas<Net, Strategy>;
+  // zero<k, multi_worker>: the shards are the workers'.
+  static constexpr bool sharded_across_workers = sharded && Strategy::across_processes;
+  using worker_shards_type = std::conditional_t<sharded_across_workers, cpu_worker_shards<Net, Strategy>, std::monostate>;
 
  public:
-  engine(training_state<Net>& training, std::uint64_t seed) : training_(training), replicas_(seed) {
+  engine(training_state<Net>& training, std::uint64_t seed)
+      : training_(training), replicas_(seed), worker_shards_(make_worker_shards(strategy_)) {
     memory_.reserve(plan0::gradients_offset, 0);
     initialize_parameters<Net>(memory_.data(), seed);
     strategy_.broadcast(memory_.template at<float>(0), Net::parameter_floats);  // every worker starts alike
@@ -113,7 +122,7 @@ class engine<Net, Policy, Strategy, cpu> {
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
     std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
-    if constexpr (sharded) replicas_.compiled(training_.slots);
+    if constexpr (sharded) shard_owners().compiled(training_.slots);
   }
 
   // The CPU's part of a training step (train/training_step.hpp): the launch
@@ -201,7 +210,9 @@ class engine<Net, Policy, Strategy, cpu> {
       } else {
         programs[0]->backward();
       }
-      if constexpr (!sharded)
+      if constexpr (sharded_across_workers)
+        e.worker_shards_.reduce_gradients(e.memory_.data());
+      else if constexpr (!sharded)
         e.strategy_.all_reduce_mean(e.memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats);
     }
     void update() {
@@ -260,11 +271,12 @@ class engine<Net, Policy, Strategy, cpu> {
     context_.weight_copies.weights_changed();
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
-  // The last step's mean gradient (under zero<2> gathered from the shards' owners).
+  // The last step's mean gradient (under zero<2> gathered from the shards'
+  // owners: across workers a collective, which every worker calls).
   std::span<const float> gradients() const {
     if constexpr (reduce_scattered) {
       gathered_.resize(Net::trainable_floats);
-      replicas_.gather_gradients(memory_.data(), gathered_.data());
+      shard_owners().gather_gradients(memory_.data(), gathered_.data());
       return gathered_;
     }
     return {memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats};
@@ -304,14 +316,15 @@ class engine<Net, Policy, Strategy, cpu> {
     return {memory_.template at<float>(plan0::slot_offset(s)), Net::trainable_floats};
   }
   // Slot s's values as one unsharded region, for a checkpoint (under zero<k>
-  // gathered from the replicas: the same tensor mirrored<N> writes), and back.
+  // gathered from the replicas: the same tensor mirrored<N> writes; across
+  // workers a collective, which every worker calls), and back.
   std::span<const float> slot_values(int s) {
     if constexpr (sharded) {
       // One buffer per slot: a checkpoint holds every slot's span at once.
       if (gathered_slots_.size() < static_cast<std::size_t>(s) + 1) gathered_slots_.resize(static_cast<std::size_t>(s) + 1);
       std::vector<float>& gathered = gathered_slots_[static_cast<std::size_t>(s)];
       gathered.resize(Net::trainable_floats);
-      replicas_.gather_slot(s, memory_.data(), gathered.data());
+      shard_owners().gather_slot(s, memory_.data(), gathered.data());
       return gathered;
     }
     return slot_region(s);
@@ -321,7 +334,7 @@ class engine<Net, Policy, Strategy, cpu> {
       throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) + " floats for a slot of " +
                                   std::to_string(Net::trainable_floats));
     if constexpr (sharded) {
-      replicas_.scatter_slot(s, memory_.data(), values.data());
+      shard_owners().scatter_slot(s, memory_.data(), values.data());
     } else {
       const std::span<float> into = slot_region(s);
       std::copy(values.begin(), values.end(), into.begin());
@@ -337,7 +350,29 @@ class engine<Net, Policy, Strategy, cpu> {
 
   // After the slots: whole on replica 0, or its shard of each under zero<k>.
   std::size_t step_base() const {
-    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * replicas_type::slot_stride;
+    std::size_t slot_stride = replicas_type::slot_stride;
+    if constexpr (sharded_across_workers) slot_stride = worker_shards_.slot_stride();
+    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * slot_stride;
+  }
+
+  // zero<k>'s shards and their owners: the replicas here, or the workers.
+  static worker_shards_type make_worker_shards(const Strategy& strategy) {
+    if constexpr (sharded_across_workers)
+      return worker_shards_type(strategy.inner);
+    else
+      return {};
+  }
+  auto& shard_owners() {
+    if constexpr (sharded_across_workers)
+      return worker_shards_;
+    else
+      return replicas_;
+  }
+  const auto& shard_owners() const {
+    if constexpr (sharded_across_workers)
+      return worker_shards_;
+    else
+      return replicas_;
   }
 
   // Sets the arena and the step program up for batch size N, once per size.
@@ -379,11 +414,13 @@ class engine<Net, Policy, Strategy, cpu> {
     // every worker stops at the same step; before the update, so that the
     // weights stay the last good step's (training_steps::finish throws).
     if constexpr (!loss_scaling) {
-      if (!std::isfinite(loss)) return outcome;
+      bool loss_finite = std::isfinite(loss);
+      if constexpr (sharded_across_workers) loss_finite = worker_shards_.on_every_worker(loss_finite);
+      if (!loss_finite) return outcome;
       // The optimizer's own pass checks the gradients where it can
       // (update.hpp); under zero<k> every shard is checked before any updates.
       if constexpr (reduce_scattered) {
-        outcome.gradients_refused = !replicas_.all_updatable(memory_.data());
+        outcome.gradients_refused = !shard_owners().all_updatable(memory_.data());
       } else if (sharded || !training_.optimizer->checks_non_finite()) {
         outcome.gradients_refused = !all_updatable_parallel(grads, Net::trainable_floats);
       }
@@ -397,7 +434,7 @@ class engine<Net, Policy, Strategy, cpu> {
       const float scale = loss_scale_.scale();
       bool finite;
       if constexpr (reduce_scattered)
-        finite = replicas_.unscale_all_finite(memory_.data(), scale);
+        finite = shard_owners().unscale_all_finite(memory_.data(), scale);
       else
         finite = precision::unscale_all_finite(grads, Net::trainable_floats, scale);
       if (!loss_scale_.after_step(finite)) {
@@ -407,16 +444,16 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     if constexpr (has_regularizers) {
       if constexpr (reduce_scattered)
-        outcome.penalty = replicas_.apply_regularizers_to_shards(memory_.data());
+        outcome.penalty = shard_owners().apply_regularizers_to_shards(memory_.data());
       else
         outcome.penalty = apply_regularizers<Net>(memory_.data(), true);
     }
     if constexpr (sharded) {
       // Each replica updates its shard with its slots, then the all-gather.
-      if (training_.optimizer->update_shards(replicas_.sharded_update(memory_.data(), training_.iterations + 1))) {
+      if (training_.optimizer->update_shards(shard_owners().sharded_update(memory_.data(), training_.iterations + 1))) {
         ++outcome.iterations;
         context_.weight_copies.after_update(false, weights + Net::trainable_floats, weights + Net::parameter_floats);
-        replicas_.after_update(weights);
+        shard_owners().after_update(weights);
       }
       return outcome;
     }
@@ -540,6 +577,7 @@ class engine<Net, Policy, Strategy, cpu> {
   std::vector<bf16*> copy_table_;  // weight_copy_table()'s, for copies of this generation
   std::uint64_t copy_table_generation_ = ~std::uint64_t{0};
   replicas_type replicas_;  // mirrored<N>: replicas 1 .. N-1 and their threads
+  worker_shards_type worker_shards_;  // zero<k, multi_worker>: this worker's shard
   mutable std::vector<float> gathered_;             // zero<2>: the mean gradient, gathered (not during steps)
   std::vector<std::vector<float>> gathered_slots_;  // zero<k>: each slot, gathered for a checkpoint
 };

@@ -129,14 +129,16 @@ class model {
   void summary(std::FILE* out = stdout, std::size_t line_length = 0) const {
     print_summary<Net>(out, line_length);
     if constexpr (is_zero_v<Strategy>) {
-      const std::string per_replica = distribute::rank_memory_text<Net, Strategy>(training_.optimizer ? training_.slots : -1);
+      const std::string per_replica =
+          distribute::rank_memory_text<Net, Strategy>(training_.optimizer ? training_.slots : -1, shard_count());
       std::fwrite(per_replica.data(), 1, per_replica.size(), out);
     }
   }
   // The same table as text (0: no width limit), e.g. for a report.
   static std::string summary_text(std::size_t line_length = 0) {
     std::string text = typeflow::summary_text<Net>(line_length);
-    if constexpr (is_zero_v<Strategy>) text += distribute::rank_memory_text<Net, Strategy>(-1);
+    if constexpr (is_zero_v<Strategy>)
+      text += distribute::rank_memory_text<Net, Strategy>(-1, Strategy::across_processes ? 0 : Strategy::replicas);
     return text;
   }
   // What a report lists about this model and its training, as (name, value)
@@ -157,7 +159,8 @@ class model {
     if (!metric_names.empty()) rows.emplace_back("metrics", metric_names);
     if (trained_batch_size_ > 0) rows.emplace_back("batch size", std::to_string(trained_batch_size_));
     if constexpr (is_zero_v<Strategy>)
-      for (auto& [what, value] : distribute::rank_memory_rows<Net, Strategy>(training_.optimizer ? training_.slots : -1))
+      for (auto& [what, value] :
+           distribute::rank_memory_rows<Net, Strategy>(training_.optimizer ? training_.slots : -1, shard_count()))
         rows.emplace_back(what + " per replica", std::move(value));
     return rows;
   }
@@ -379,7 +382,12 @@ class model {
   // options.keep; only the chief writes. Returns the checkpoint's directory.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
     training_.require_compiled("save_checkpoint");
-    if (!is_chief()) return dir / io::detail::checkpoint_name(training_.iterations);
+    if (!is_chief()) {
+      // zero<k, multi_worker>: the slots' all-gathers are collectives, which every worker joins.
+      if constexpr (is_zero_v<Strategy> && Strategy::across_processes)
+        for (int s = 0; s < training_.slots; ++s) engine_.slot_values(s);
+      return dir / io::detail::checkpoint_name(training_.iterations);
+    }
     const std::optional<fit_snapshot> fit = training_.snapshot();
     const std::vector<io::tensor_to_write> tensors = checkpoint_tensors<Net>(
         engine_.parameters(), training_.slots, [&](int s) { return engine_.slot_values(s); }, fit);
@@ -609,6 +617,13 @@ class model {
   // Whether an optimizer slot is one region in host memory (the CPU's, not
   // sharded by zero<k>); else held_slot copies it and set_slot_values puts it back.
   static constexpr bool slot_in_place = std::is_same_v<Device, cpu> && !is_zero_v<Strategy>;
+  // zero<k>'s shards: its replicas, or across processes the job's workers.
+  int shard_count() const {
+    if constexpr (is_zero_v<Strategy> && Strategy::across_processes)
+      return strategy().inner.size();
+    else
+      return Strategy::replicas;
+  }
   std::vector<float> held_slot(int s) {
     const auto held = engine_.slot_values(s);
     return std::vector<float>(held.begin(), held.end());

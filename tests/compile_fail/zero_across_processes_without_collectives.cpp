@@ -1,7 +1,8 @@
-// expected-error: zero<Stage, multi_worker>: sharding across processes is not built yet
+// expected-error: zero<Stage, Strategy> across processes: Strategy must give the shards' collectives
 //
-// zero<k, multi_worker> meets this rule; multi_worker needs MPI's headers,
-// so a strategy of the test's own that crosses processes stands in for it.
+// A strategy across processes that offers only the strategy concept's
+// collectives (broadcast, all-reduce) cannot shard: zero<k> needs a
+// reduce-scatter and an all-gather, as multi_worker gives.
 #include <typeflow/typeflow.hpp>
 
 namespace tf = typeflow;
