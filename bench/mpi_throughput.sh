@@ -3,6 +3,7 @@
 # global batch 256) as one process and as N MPI workers, in one run.
 #
 #   bench/mpi_throughput.sh [--np N] [--steps S] [--repeat R]
+#   bench/mpi_throughput.sh --zero [--np N] [--steps S] [--repeat R]
 #
 # 1. Builds build/bench/mpi_train_step (bench/mpi_train_step.cpp; configures
 #    build/ as Release first if it has no cache; BUILD_DIR overrides the folder).
@@ -17,6 +18,11 @@
 #    scaling efficiency = samples/s of N workers / (N x samples/s of one
 #    worker with the same threads per worker); 100% is perfect scaling.
 #
+# --zero instead takes turns between N workers under multi_worker, zero<1,
+# multi_worker> and zero<2, multi_worker> (each worker keeping its shard of
+# Adam's slots, and of the mean gradient), and prints each one's samples/s,
+# rank 0's arena and its step time against multi_worker's.
+#
 # Every figure counts global samples per second. allreduce_ms is one
 # gradient all-reduce (1.9 M floats) alone. The load average is printed
 # before and after: other processes on the machine take cores from the N
@@ -29,11 +35,13 @@ build_dir=${BUILD_DIR:-build}
 np=2
 steps=40
 repeat=3
+zero=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --np) np=$2; shift ;;
     --steps) steps=$2; shift ;;
     --repeat) repeat=$2; shift ;;
+    --zero) zero=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "mpi_throughput.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -54,6 +62,30 @@ best() { sort -g | tail -1; }
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if ((zero)); then
+  strategies=(multi_worker zero1 zero2)
+  declare -A rates arenas
+  for ((round = 1; round <= repeat; ++round)); do
+    for strategy in "${strategies[@]}"; do
+      line=$(mpirun "${mpirun_flags[@]}" "${program}" "${steps}" "${strategy}")
+      echo "round ${round}, mpirun -np ${np}, ${strategy}: ${line}"
+      rates[${strategy}]+="$(field samples_per_second "${line}") "
+      arenas[${strategy}]=$(field arena_MiB "${line}")
+    done
+  done
+  echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+  plain=$(tr ' ' '\n' <<<"${rates[multi_worker]}" | sed '/^$/d' | best)
+  echo
+  echo "best of each, mpirun -np ${np} (global batch 256, Adam, 784-1024-1024-10):"
+  for strategy in "${strategies[@]}"; do
+    rate=$(tr ' ' '\n' <<<"${rates[${strategy}]}" | sed '/^$/d' | best)
+    awk -v s="${strategy}" -v r="${rate}" -v p="${plain}" -v a="${arenas[${strategy}]}" 'BEGIN {
+      printf "  %-13s %10.1f samples/s   rank 0 arena %7.2f MiB   step time %.3fx multi_worker'"'"'s\n", s, r, a, p / r
+    }'
+  done
+  exit 0
+fi
 one=() many=() threads=()
 for ((round = 1; round <= repeat; ++round)); do
   line=$(OMP_NUM_THREADS=1 "${program}" "${steps}")
