@@ -162,6 +162,10 @@ TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per
   // 416 / 2 = 208 floats, a multiple of 16; 416 / 4 = 104, rounded up to 112.
   static_assert(two::shards::shard_floats == 208 && four::shards::shard_floats == 112);
   static_assert(four::shards::begin(3) == 336 && four::shards::size(3) == 80);  // the last is shorter
+  // The same cut when the count is known at run time (multi_worker's workers).
+  CHECK(tf::shard_bounds(416, 4) == std::vector<std::size_t>{0, 112, 224, 336, 416});
+  CHECK(tf::shard_bounds(20, 4) == std::vector<std::size_t>{0, 16, 20, 20, 20});  // empty shards at the end
+  CHECK(tf::shard_bounds(416, 1) == std::vector<std::size_t>{0, 416});
   static_assert(unsharded::slot_bytes == 416 * 4 && two::slot_bytes == 208 * 4 && four::slot_bytes == 112 * 4);
   static_assert(two::parameter_bytes == 416 * 4 && four::parameter_bytes == 416 * 4);
   // zero<1> keeps the whole mean gradient; zero<2> its shard, inside the region backward writes.
