@@ -1,8 +1,10 @@
 // zero<k, mirrored<N>>: replicas that each keep a shard of the optimizer's
-// slots (k = 1) and of the mean gradient (k = 2) train to mirrored<N>'s
-// weights and slots, bit for bit (global_clipnorm under zero<2>: to its
-// stated tolerance); each replica's bytes are the hand-computed ones; and
-// checkpoints cross between sharded and unsharded models and replica counts.
+// slots (k = 1), of the mean gradient (k = 2) and of the weights, gathered
+// layer by layer (k = 3), train to mirrored<N>'s weights and slots, bit for
+// bit (global_clipnorm under zero<2|3>: to its stated tolerance); each
+// replica's bytes are the hand-computed ones, and under zero<3> the pages it
+// holds are measured; and checkpoints cross between sharded and unsharded
+// models and replica counts.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -36,6 +38,8 @@ template <class Strategy, class Net = mlp, class Policy = tf::float32>
 using model_under = tf::model<Net, Policy, Strategy>;
 template <int Stage, int N>
 using zero_mirrored = tf::zero<Stage, tf::mirrored<N>>;
+template <class Model>
+constexpr int stage_of = tf::zero_stage_v<std::remove_cvref_t<decltype(std::declval<const Model&>().strategy())>>;
 
 auto batch_number(int index) { return tf_testing::numbered_batch<16, 8, 4>(index); }
 const tf::losses::sparse_categorical_crossentropy logits_loss{.from_logits = true};
@@ -59,8 +63,9 @@ double largest_relative_gap(const fs::path& a, const fs::path& b) {
 }
 
 // Trains the zero<> model and the mirrored<N> one alike and checks the
-// weights on every replica and every optimizer slot (gathered from the
-// shards by save_checkpoint) against mirrored<N>'s, bit for bit.
+// weights on every replica (under zero<3> replica r's shard: the rest is
+// gathered when needed) and every optimizer slot (gathered from the shards
+// by save_checkpoint) against mirrored<N>'s, bit for bit.
 template <class Sharded, class Mirrored, class Optimizer>
 void check_same_bits(const Optimizer& optimizer, int steps = 5) {
   Sharded sharded{7};
@@ -69,8 +74,18 @@ void check_same_bits(const Optimizer& optimizer, int steps = 5) {
   train(mirrored, optimizer, steps);
   CHECK(sharded.iterations() == mirrored.iterations());
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
-  for (int r = 1; r < Sharded::replica_count; ++r)
-    CHECK(same_bits(sharded.replica_parameter_region(r), mirrored.parameter_region()));
+  for (int r = 1; r < Sharded::replica_count; ++r) {
+    const std::span<const float> own = sharded.replica_parameter_region(r), reference = mirrored.replica_parameter_region(r);
+    if constexpr (stage_of<Sharded> >= 3) {
+      const auto bounds = tf::shard_bounds(Sharded::bound_network::trainable_floats, Sharded::replica_count);
+      const std::size_t begin = bounds[static_cast<std::size_t>(r)], end = bounds[static_cast<std::size_t>(r) + 1];
+      CHECK(same_bits(own.subspan(begin, end - begin), reference.subspan(begin, end - begin)));
+      CHECK(same_bits(own.subspan(Sharded::bound_network::trainable_floats),
+                      reference.subspan(Sharded::bound_network::trainable_floats)));  // frozen weights, whole
+    } else {
+      CHECK(same_bits(own, reference));
+    }
+  }
   tf_testing::temp_dir a("typeflow_zero_test_a"), b("typeflow_zero_test_b");
   CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
 }
@@ -83,6 +98,8 @@ TEST_CASE("zero<1|2, mirrored<2|4>> with adam train to mirrored<N>'s weights and
   check_same_bits<model_under<zero_mirrored<2, 2>>, model_under<tf::mirrored<2>>>(adam);
   check_same_bits<model_under<zero_mirrored<1, 4>>, model_under<tf::mirrored<4>>>(adam);
   check_same_bits<model_under<zero_mirrored<2, 4>>, model_under<tf::mirrored<4>>>(adam);
+  check_same_bits<model_under<zero_mirrored<3, 2>>, model_under<tf::mirrored<2>>>(adam);
+  check_same_bits<model_under<zero_mirrored<3, 4>>, model_under<tf::mirrored<4>>>(adam);
 }
 
 TEST_CASE("zero<k> with sgd momentum, clipnorm, accumulate<2> and decoupled weight decay gives mirrored<N>'s bits") {
@@ -92,6 +109,8 @@ TEST_CASE("zero<k> with sgd momentum, clipnorm, accumulate<2> and decoupled weig
   const auto accumulated = tf::optimizers::accumulate<2>(tf::optimizers::adamw{.learning_rate = 0.01, .weight_decay = 0.1f});
   check_same_bits<model_under<zero_mirrored<1, 4>>, model_under<tf::mirrored<4>>>(accumulated, 7);  // 3 updates, 1 pending
   check_same_bits<model_under<zero_mirrored<2, 2>>, model_under<tf::mirrored<2>>>(accumulated, 7);
+  check_same_bits<model_under<zero_mirrored<3, 4>>, model_under<tf::mirrored<4>>>(momentum);
+  check_same_bits<model_under<zero_mirrored<3, 2>>, model_under<tf::mirrored<2>>>(accumulated, 7);
 }
 
 TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits, zero<2> sums the shards' norms, within 1e-6") {
@@ -130,6 +149,7 @@ TEST_CASE("zero<k> over frozen<> layers shards only the trainable region and giv
                 model_under<tf::mirrored<2>, frozen_mlp>::bound_network::parameter_floats);
   const tf::optimizers::adam adam{.learning_rate = 0.01};
   check_same_bits<model_under<zero_mirrored<2, 4>, frozen_mlp>, model_under<tf::mirrored<4>, frozen_mlp>>(adam);
+  check_same_bits<model_under<zero_mirrored<3, 4>, frozen_mlp>, model_under<tf::mirrored<4>, frozen_mlp>>(adam);
 }
 
 TEST_CASE("zero<k> under mixed_float16: one loss-scale verdict over every shard, mirrored<N>'s bits") {
@@ -301,4 +321,172 @@ TEST_CASE("use_ema under zero<k>: the average is one more sharded slot, mirrored
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
   tf_testing::temp_dir a("typeflow_zero_test_ema_a"), b("typeflow_zero_test_ema_b");
   CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+}
+
+namespace {
+
+// A language model whose head reads the embedding's matrix (tied_logits):
+// zero<3> gathers the matrix for the head too, and reduces its gradient,
+// which the head writes and the embedding completes, after the embedding's
+// backward.
+constexpr int tokens = 8, vocabulary = 32;
+using tied_lm = tf::sequential<tf::typed_input<tf::int32, tokens>, tf::embedding<vocabulary, 16>, tf::dense<16>, tf::relu,
+                               tf::layer_norm, tf::tied_logits>;
+using token_ids = tf::data::tensor_value<std::int32_t, tf::shape<tokens>>;
+tf::data::batch_of<8, token_ids, token_ids> token_batch(int index) {
+  tf::data::batch_of<8, token_ids, token_ids> b;
+  const tf::random_stream rng{17, static_cast<std::uint64_t>(index)};
+  for (std::size_t i = 0; i < b.features.size(); ++i) b.features[i] = static_cast<std::int32_t>(rng.uniform(i) * vocabulary);
+  for (std::size_t i = 0; i < b.labels.size(); ++i)
+    b.labels[i] = static_cast<std::int32_t>(rng.uniform(i + 1000) * vocabulary);
+  b.valid = 8;
+  return b;
+}
+// batch_normalization's moving statistics: each replica's own, never gathered.
+using normalized_mlp = tf::sequential<tf::input<8>, tf::dense<16>, tf::batch_normalization<>, tf::relu, tf::dense<4, tf::float32>>;
+
+// Twenty layers of 256 x 256: no layer is more than a twentieth of the model,
+// so that what zero<3> gathers for one is small beside the shards.
+template <int... I>
+using deep_of = tf::sequential<tf::input<256>, tf::dense<256 + 0 * I>..., tf::dense<4, tf::float32>>;
+using deep_mlp = decltype([]<int... I>(std::integer_sequence<int, I...>) -> deep_of<I...> { return {}; }(
+    std::make_integer_sequence<int, 20>{}));
+auto deep_batch(int index) { return tf_testing::numbered_batch<16, 256, 4>(index); }
+
+}  // namespace
+
+TEST_CASE("zero<3> under mixed_float16, with use_ema, a tied embedding and batch_norm's statistics: mirrored<N>'s bits") {
+  {
+    const auto run = [](auto& model) {
+      model.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+      model.set_loss_scale(tf::precision::dynamic_loss_scale{.initial_scale = 16777216.f, .growth_steps = 2});
+      for (int step = 0; step < 8; ++step) model.train_on_batch(batch_number(step));
+    };
+    model_under<zero_mirrored<3, 2>, mlp, tf::mixed_float16> sharded{3};
+    model_under<tf::mirrored<2>, mlp, tf::mixed_float16> mirrored{3};
+    run(sharded);
+    run(mirrored);
+    CHECK(mirrored.skipped_steps() > 0);
+    CHECK(sharded.skipped_steps() == mirrored.skipped_steps());
+    CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  }
+  const tf::optimizers::adam ema{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f, .ema_overwrite_frequency = 3};
+  check_same_bits<model_under<zero_mirrored<3, 4>>, model_under<tf::mirrored<4>>>(ema);
+  check_same_bits<model_under<zero_mirrored<3, 2>, normalized_mlp>, model_under<tf::mirrored<2>, normalized_mlp>>(
+      tf::optimizers::adam{.learning_rate = 0.01});
+  {
+    model_under<zero_mirrored<3, 2>, tied_lm> sharded{5};
+    model_under<tf::mirrored<2>, tied_lm> mirrored{5};
+    sharded.compile(tf::optimizers::adamw{.learning_rate = 0.01}, logits_loss);
+    mirrored.compile(tf::optimizers::adamw{.learning_rate = 0.01}, logits_loss);
+    for (int step = 0; step < 4; ++step)
+      CHECK(sharded.train_on_batch(token_batch(step)) == mirrored.train_on_batch(token_batch(step)));
+    CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+    tf_testing::temp_dir a("typeflow_zero_test_tied_a"), b("typeflow_zero_test_tied_b");
+    CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+  }
+}
+
+TEST_CASE("zero<3>: fit with validation, evaluate and predict gather replica 0's weights layer by layer") {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  for (int i = 0; i < 64; ++i) {
+    for (int j = 0; j < 8; ++j) x.push_back(j == i % 4 ? 1.f : 0.25f * static_cast<float>(j % 3));
+    y.push_back(i % 4);
+  }
+  auto data = tf::data::from_tensor_slices<tf::shape<8>>(x, y) | tf::data::shuffle(64, 1) | tf::data::batch<16>;
+  model_under<zero_mirrored<3, 4>> sharded{2};
+  model_under<tf::mirrored<4>> mirrored{2};
+  sharded.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss, tf::metrics::accuracy{});
+  mirrored.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss, tf::metrics::accuracy{});
+  // Before any step, evaluate sends the shards to their owners first.
+  CHECK(sharded.evaluate(data)["loss"] == mirrored.evaluate(data)["loss"]);
+  const auto a = sharded.fit(data, {.epochs = 2, .validation_data = data, .verbose = 0});
+  const auto b = mirrored.fit(data, {.epochs = 2, .validation_data = data, .verbose = 0});
+  CHECK(a["loss"] == b["loss"]);
+  CHECK(a["val_loss"] == b["val_loss"]);
+  CHECK(a["val_accuracy"] == b["val_accuracy"]);
+  CHECK(sharded.predict(data) == mirrored.predict(data));
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  // Weights written from outside reach every shard's owner.
+  tf_testing::temp_dir dir("typeflow_zero_test_weights");
+  mirrored.save_weights(dir.path / "w.safetensors");
+  model_under<zero_mirrored<3, 4>> loaded{9};
+  loaded.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+  mirrored.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+  loaded.load_weights(dir.path / "w.safetensors");
+  CHECK(loaded.train_on_batch(batch_number(3)) == mirrored.train_on_batch(batch_number(3)));
+  CHECK(same_bits(loaded.parameter_region(), mirrored.parameter_region()));
+}
+
+TEST_CASE("zero<3>: a gradient that is not finite stops the step, and checkpoints cross to mirrored<N> and back") {
+  model_under<zero_mirrored<3, 2>> model{4};
+  model.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+  model.train_on_batch(batch_number(0));
+  const std::vector<float> before(model.parameter_region().begin(), model.parameter_region().end());
+  auto poisoned = batch_number(1);
+  poisoned.features[9 * 8 + 3] = std::nanf("");
+  CHECK_THROWS_WITH_AS(model.train_on_batch(poisoned), doctest::Contains("the gradient of layers.1.kernel is not finite"),
+                       tf::non_finite_error);
+  CHECK(same_bits(model.parameter_region(), before));
+  CHECK(model.iterations() == 1);
+
+  tf_testing::temp_dir dir("typeflow_zero_test_stage3"), x("typeflow_zero_test_stage3_x"), y("typeflow_zero_test_stage3_y");
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  model_under<zero_mirrored<3, 4>> writer{5};
+  train(writer, adam, 3);
+  writer.save_checkpoint(dir.path);
+  model_under<tf::mirrored<4>> unsharded{99};
+  unsharded.compile(adam, logits_loss);
+  unsharded.load_checkpoint(dir.path);
+  for (int step = 3; step < 6; ++step)
+    CHECK(unsharded.train_on_batch(batch_number(step)) == writer.train_on_batch(batch_number(step)));
+  CHECK(same_tensors(unsharded.save_checkpoint(x.path), writer.save_checkpoint(y.path)));
+  model_under<zero_mirrored<3, 2>> back{98};
+  back.compile(adam, logits_loss);
+  back.load_checkpoint(x.path);
+  tf_testing::temp_dir z("typeflow_zero_test_stage3_z");
+  CHECK(same_tensors(back.save_checkpoint(z.path), x.path));
+}
+
+TEST_CASE("zero<3, mirrored<4>>: each replica holds its shard and one layer's gathered weights, measured in pages") {
+  using sharded_model = model_under<zero_mirrored<3, 4>, deep_mlp>;
+  using mirrored_model = model_under<tf::mirrored<4>, deep_mlp>;
+  using net = sharded_model::bound_network;
+  using plan = tf::rank_memory<net, zero_mirrored<3, 4>, 16>;
+  using unsharded = tf::rank_memory<net, tf::mirrored<4>, 16>;
+  // Weights, gradients and Adam's two slots: the plan's share, at most 30% of mirrored<4>'s.
+  constexpr std::size_t planned = plan::parameter_bytes + plan::gradient_bytes + 2 * plan::slot_bytes + plan::gathered_bytes;
+  constexpr std::size_t whole = unsharded::parameter_bytes + unsharded::gradient_bytes + 2 * unsharded::slot_bytes;
+  static_assert(planned * 10 <= whole * 3);
+  // One dense<256>'s kernel (rows padded) and bias, gathered, and its gradients.
+  using groups = tf::layer_groups<net>;
+  static_assert(groups::own[1].size() >= 256 * 256 + 256 && groups::largest_parameters == groups::own[1].size());
+  static_assert(plan::gathered_bytes == 2 * groups::own[1].size() * sizeof(float));
+
+  sharded_model sharded{3};
+  mirrored_model mirrored{3};
+  sharded.compile(tf::optimizers::adam{.learning_rate = 0.001}, logits_loss);
+  mirrored.compile(tf::optimizers::adam{.learning_rate = 0.001}, logits_loss);
+  sharded.track_state_peaks();
+  for (int step = 0; step < 2; ++step)
+    CHECK(sharded.train_on_batch(deep_batch(step)) == mirrored.train_on_batch(deep_batch(step)));
+  CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+#if TYPEFLOW_ARENA_MREMAP
+  const std::size_t mirrored_bytes = mirrored.resident_state_bytes(0);
+  CHECK(mirrored_bytes >= whole);
+  for (int r = 1; r < 4; ++r) {  // replica 0's weights were gathered whole for parameter_region()
+    const std::size_t peak = sharded.peak_state_bytes(r), now = sharded.resident_state_bytes(r);
+    INFO("replica " << r << ": peak " << peak << " bytes, after the step " << now << ", planned " << planned
+                    << ", mirrored<4>'s replica 0 " << mirrored_bytes);
+    CHECK(peak <= planned + planned / 10 + 64 * 1024);
+    CHECK(peak * 10 <= mirrored_bytes * 3);
+    CHECK(now < peak);  // the last layer's gathered weights and gradients were freed
+    // Between steps, the shards and at most the pages that two layers share, in each region.
+    constexpr std::size_t shared_pages = 2 * (net::layer_count + 1) * 4096;
+    CHECK(now <= plan::parameter_bytes + plan::gradient_bytes + 2 * plan::slot_bytes + shared_pages);
+  }
+#else
+  MESSAGE("the arena is a heap block under AddressSanitizer: its pages are not given back, so nothing is measured");
+#endif
 }

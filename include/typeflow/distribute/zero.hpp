@@ -9,7 +9,10 @@
 //                copied to every replica (the all-gather);
 //   zero<2, S>   and gradients: a reduce-scatter instead of the all-reduce,
 //                so replica r sums only shard r of the gradients;
-//   zero<3, S>   and parameters (gathered before each layer): not built yet.
+//   zero<3, S>   and parameters: replica r keeps only shard r of the weights;
+//                each top-level layer's are gathered from their owners
+//                just before its forward and its backward, and freed after
+//                (train/cpu_replicas.hpp).
 //
 // The trainable region [0, T) (model/memory_plan.hpp) is cut into N
 // contiguous shards of region_shards<T, N>::shard_floats floats each, on
@@ -26,7 +29,7 @@
 //
 // It is a strategy (distribute/strategy.hpp) whose facts and collectives are
 // Strategy's; its name, as checkpoints record it, is "zero<1, mirrored<2>>".
-// What runs: zero<1|2, mirrored<N>> (N >= 2) on tf::cpu, in
+// What runs: zero<1|2|3, mirrored<N>> (N >= 2) on tf::cpu, in
 // train/cpu_replicas.hpp, and zero<1|2, multi_worker> on tf::cpu, in
 // train/cpu_worker_shards.hpp. Every other combination is a compile error
 // naming what is not built (zero_runs below); rank_memory.hpp gives each
@@ -137,9 +140,9 @@ concept shard_collectives = requires(const S& s, float* values, double* sums, st
 template <class Strategy, class Device>
 constexpr bool zero_runs() {
   if constexpr (is_zero_v<Strategy>) {
-    static_assert(Strategy::stage != 3,
-                  "zero<3, Strategy>: stage 3 (parameters sharded, gathered before each layer) is not built yet; "
-                  "zero<1, Strategy> (optimizer slots) and zero<2, Strategy> (and gradients) are");
+    static_assert(Strategy::stage != 3 || !Strategy::across_processes,
+                  "zero<3, Strategy> across processes: stage 3 (parameters sharded, gathered before each layer) "
+                  "runs within one process only, zero<3, mirrored<N>>; across processes zero<1|2, multi_worker> do");
     if constexpr (Strategy::across_processes)
       static_assert(shard_collectives<typename Strategy::sharded_strategy>,
                     "zero<Stage, Strategy> across processes: Strategy must give the shards' collectives, as "

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)  // clang's spelling of __SANITIZE_ADDRESS__
@@ -89,6 +90,41 @@ class arena {
     data_ = grown;
 #endif
     size_ = rounded;
+  }
+
+  // zero<3> (train/cpu_replicas.hpp): gives back the pages that lie wholly
+  // inside [offset, offset + bytes), whose values are not needed until they
+  // are written again; they read as zero afterwards, and hold no memory until
+  // then. (A heap block, under AddressSanitizer, is zeroed there instead.)
+  void release(std::size_t offset, std::size_t bytes) noexcept {
+    if (bytes == 0 || offset >= size_) return;
+    if (bytes > size_ - offset) bytes = size_ - offset;
+#if TYPEFLOW_ARENA_MREMAP
+    constexpr std::size_t page = 4096;
+    const std::size_t first = (offset + page - 1) / page * page, last = (offset + bytes) / page * page;
+    if (first < last) ::madvise(data_ + first, last - first, MADV_DONTNEED);
+#else
+    std::memset(data_ + offset, 0, bytes);
+#endif
+  }
+
+  // The bytes of [offset, offset + bytes) held in memory now, whole pages
+  // counted (mincore); the range's size where that cannot be known.
+  std::size_t resident_bytes(std::size_t offset, std::size_t bytes) const {
+    if (offset >= size_) return 0;
+    if (bytes > size_ - offset) bytes = size_ - offset;
+#if TYPEFLOW_ARENA_MREMAP
+    constexpr std::size_t page = 4096;
+    const std::size_t first = offset / page * page, last = (offset + bytes + page - 1) / page * page;
+    std::vector<unsigned char> in_core((last - first) / page);
+    if (in_core.empty() || ::mincore(const_cast<std::byte*>(data_) + first, last - first, in_core.data()) != 0)
+      return bytes;
+    std::size_t count = 0;
+    for (unsigned char c : in_core) count += c & 1u;
+    return count * page;
+#else
+    return bytes;
+#endif
   }
 
  private:

@@ -75,6 +75,8 @@ class engine<Net, Policy, Strategy, cpu> {
   // zero<k, multi_worker>: the shards are the workers'.
   static constexpr bool sharded_across_workers = sharded && Strategy::across_processes;
   using worker_shards_type = std::conditional_t<sharded_across_workers, cpu_worker_shards<Net, Strategy>, std::monostate>;
+  // zero<3, mirrored<N>>: the weights sharded too, each layer's gathered for it.
+  static constexpr bool gathers = replicas_type::gathers;
 
  public:
   engine(training_state<Net>& training, std::uint64_t seed)
@@ -98,6 +100,29 @@ class engine<Net, Policy, Strategy, cpu> {
     if (r < 0 || r >= replica_count)
       throw std::out_of_range("arena_bytes: replica " + std::to_string(r) + " of " + std::to_string(replica_count));
     return r == 0 ? memory_.size() : replicas_.arena_bytes(r);
+  }
+  // Replica r's weights, gradients and optimizer slots: the bytes held in
+  // memory now (whole pages), and under zero<3> the most seen during the
+  // steps since track_state_peaks(true) (without zero<3> they do not change
+  // within a step: the bytes now).
+  std::size_t resident_state_bytes(int r = 0) const {
+    if (r < 0 || r >= replica_count)
+      throw std::out_of_range("resident_state_bytes: replica " + std::to_string(r) + " of " +
+                              std::to_string(replica_count));
+    if constexpr (replica_count > 1)
+      if (r != 0) return replicas_.resident_state_bytes(r, memory_);
+    return memory_.resident_bytes(0, step_base());
+  }
+  void track_state_peaks(bool on) {
+    if constexpr (gathers) replicas_.track_peaks(on);
+  }
+  std::size_t peak_state_bytes(int r = 0) const {
+    if constexpr (gathers) {
+      if (r < 0 || r >= replica_count)
+        throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of " + std::to_string(replica_count));
+      return replicas_.peak_state_bytes(r);
+    }
+    return resident_state_bytes(r);
   }
 
   template <class Optimizer, class Loss>
@@ -149,7 +174,10 @@ class engine<Net, Policy, Strategy, cpu> {
         run.training = true;
         run.valid_samples = replica_valid(ops.staged->valid, r, shard);
         ++run.step;
-        program.forward();
+        if constexpr (gathers)
+          ops.e.replicas_.forward_sharded(r, program, ops.e.memory_);
+        else
+          program.forward();
       }
       // A partial batch: the loss over this replica's valid rows, and under
       // mirrored<N> its gradient weighed by its share of the batch's samples.
@@ -182,7 +210,7 @@ class engine<Net, Policy, Strategy, cpu> {
     void begin(int parity, int) {
       staged = staged_at[parity];
       programs[0] = &e.template program_for<shard>();  // first: setting it up may move the arena
-      if constexpr (replica_count > 1) e.replicas_.programs_for(e.memory_.data(), programs);
+      if constexpr (replica_count > 1) e.replicas_.programs_for(e.memory_, programs);
     }
     template <class Body>
     void record(int, Body&& body) {
@@ -203,7 +231,11 @@ class engine<Net, Policy, Strategy, cpu> {
     // zero<2> each replica's shard of it), and across processes
     // (multi_worker) the mean over the workers.
     void backward_and_all_reduce() {
-      if constexpr (replica_count > 1) {
+      if constexpr (gathers) {  // each layer's gradients reduced as its backward ends
+        e.replicas_.begin_backward();
+        auto job = [&](int r) { e.replicas_.backward_sharded(r, *programs[r], e.memory_); };
+        e.replicas_.each(job);
+      } else if constexpr (replica_count > 1) {
         auto job = [&](int r) { programs[r]->backward(); };
         e.replicas_.each(job);
         e.replicas_.reduce_gradients(e.memory_.data());
@@ -261,12 +293,19 @@ class engine<Net, Policy, Strategy, cpu> {
   }
 
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {
+    if constexpr (gathers) replicas_.make_whole(memory_);
     return generate_tokens<Net::input_shape_type::template dim<0>, classes>(decoder_program(), run_, prompt, n, options);
   }
 
-  std::span<const float> parameters() const { return {memory_.template at<float>(0), Net::parameter_floats}; }
+  // Under zero<3> replica 0's weights are gathered whole first (and freed
+  // again when the next step begins).
+  std::span<const float> parameters() const {
+    if constexpr (gathers) const_cast<engine*>(this)->replicas_.make_whole(const_cast<arena&>(memory_));
+    return {memory_.template at<float>(0), Net::parameter_floats};
+  }
   // For writing (load_weights, parameter()): the replicas take it before the next step.
   std::span<float> writable_parameters() {
+    if constexpr (gathers) replicas_.make_whole(memory_);
     replicas_.mark_stale();
     context_.weight_copies.weights_changed();
     return {memory_.template at<float>(0), Net::parameter_floats};
@@ -281,7 +320,9 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     return {memory_.template at<float>(plan0::gradients_offset), Net::trainable_floats};
   }
-  // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the engine's own).
+  // Replica r's copy of the parameter region (mirrored<N>; replica 0 is the
+  // engine's own). Under zero<3> replica r >= 1 holds its shard of the
+  // trainable weights (and the statistics and frozen weights); the rest reads zero.
   std::span<const float> replica_parameter_region(int r) const {
     if (r < 0 || r >= replica_count)
       throw std::out_of_range("replica_parameter_region: replica " + std::to_string(r) + " of " +
@@ -552,7 +593,12 @@ class engine<Net, Policy, Strategy, cpu> {
     void forward(const Batch& batch) {
       std::memcpy(program.input(), batch.features.data(), batch.features.size() * sizeof(batch.features.data()[0]));
       e.run_.training = false;
-      program.forward();
+      if constexpr (gathers) {
+        e.replicas_.begin_inference(e.memory_);
+        e.replicas_.forward_sharded(0, program, e.memory_);
+      } else {
+        program.forward();
+      }
     }
     void append_outputs(std::vector<float>& to, std::size_t count) const {
       to.insert(to.end(), program.output(), program.output() + count);

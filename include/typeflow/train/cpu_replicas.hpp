@@ -32,15 +32,38 @@
 //                   updated weights from their owners.
 // all_updatable(), unscale_all_finite() and apply_regularizers() are the
 // engine's per-gradient steps over zero<2>'s shards, one verdict for all.
+//
+// zero<3, mirrored<N>> also shards the weights: replica r keeps only shard r
+// of the trainable parameters between steps (and of the gradients); the
+// other pages of its parameter and gradient regions are given back to the
+// system (arena::release), so that they hold no memory. Each top-level layer
+// (distribute/layer_groups.hpp) is run by:
+//   forward_sharded()   gather the layer's weights (and a tied matrix) from
+//                   their owners, its forward, then free them;
+//   backward_sharded()  gather them again, the layer's backward, then (every
+//                   replica's backward of it done: a barrier) replica r sums
+//                   shard r's part of the layer's gradients over the
+//                   replicas in replica order, as zero<2> does, and (after a
+//                   second barrier) frees the rest of them and the weights.
+// The update then reads only the owners' shards, and no all-gather follows:
+// the next step gathers. batch_norm's moving statistics are never freed nor
+// gathered (each replica's own, as under mirrored<N>). Replica 0's weights
+// are gathered whole where something reads them outside a step (make_whole:
+// parameters(), save_weights, checkpoints, generate), and freed again when
+// the next step begins.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -48,6 +71,7 @@
 #include "typeflow/backend/cpu/context.hpp"
 #include "typeflow/core/parallel.hpp"
 #include "typeflow/core/random.hpp"
+#include "typeflow/distribute/layer_groups.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
 #include "typeflow/distribute/zero.hpp"
@@ -63,6 +87,51 @@
 
 namespace typeflow {
 
+// zero<3>'s meeting point between the replicas' threads, once per layer of
+// backward. abort() (a replica failed) makes every wait, present and to
+// come, throw instead of waiting for a replica that will not arrive.
+class replica_barrier {
+ public:
+  explicit replica_barrier(int count) : count_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    if (aborted_) throw aborted();
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      lock.unlock();
+      wake_.notify_all();
+      return;
+    }
+    wake_.wait(lock, [&] { return generation_ != generation || aborted_; });
+    if (generation_ == generation) throw aborted();
+  }
+  void abort() {
+    {
+      std::lock_guard lock(mutex_);
+      aborted_ = true;
+    }
+    wake_.notify_all();
+  }
+  // Before a backward: no replica waits now.
+  void reset() {
+    std::lock_guard lock(mutex_);
+    aborted_ = false;
+    arrived_ = 0;
+  }
+
+ private:
+  static std::runtime_error aborted() {
+    return std::runtime_error("zero<3>: another replica failed during backward; this one stops with it");
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  int count_, arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  bool aborted_ = false;
+};
+
 template <class Net, class Strategy>
 class cpu_replicas {
   using plan0 = memory_plan<Net, 0, 0>;
@@ -74,6 +143,9 @@ class cpu_replicas {
   // The bytes of one optimizer slot in a replica's arena: the whole trainable
   // region on replica 0, or under zero<k> one shard on every replica.
   static constexpr std::size_t slot_stride = stage > 0 ? shards::shard_bytes : plan0::trainable_bytes;
+  // zero<3>: the weights sharded too, gathered layer by layer.
+  static constexpr bool gathers = stage >= 3;
+  using groups = layer_groups<Net>;
 
   explicit cpu_replicas(std::uint64_t seed) {
     if constexpr (count > 1) {
@@ -90,6 +162,7 @@ class cpu_replicas {
       for (int r = 0; r <= count; ++r) bounds[r] = static_cast<std::ptrdiff_t>(shards::begin(r));
       shard_table_ = optimizers::cut_region(parameter_table<Net>::tensors(), bounds);
     }
+    if constexpr (gathers) plan_gathers();
   }
 
   // zero<k>, after compile(): each secondary's `slots` slot shards, zeroed,
@@ -98,6 +171,7 @@ class cpu_replicas {
     static_assert(stage > 0, "cpu_replicas::compiled: only zero<k> keeps slots on replicas 1 .. N-1");
     slots_ = slots;
     step_base_ = plan0::slots_offset + static_cast<std::size_t>(slots) * slot_stride;
+    peak_.fill(0);
     for (auto& replica : secondaries_) {
       replica->program.reset();
       replica->memory.reserve(step_base_, plan0::slots_offset);
@@ -128,7 +202,7 @@ class cpu_replicas {
   // (set up first: that may move its arena, `primary`); replica r's
   // programs[r], with replica 0's weights if they changed from outside.
   template <class Program>
-  void programs_for(const std::byte* primary, Program* (&programs)[count]) {
+  void programs_for(arena& primary, Program* (&programs)[count]) {
     synchronize(primary);
     for (int r = 1; r < count; ++r) programs[r] = &program_of<Program::batch_size>(*secondaries_[r - 1]);
   }
@@ -156,7 +230,9 @@ class cpu_replicas {
   // all-gather); each replica keeps its own statistics, or with
   // sync_batch_norm_statistics all take the replicas' mean.
   void after_update(float* primary) {
-    if constexpr (stage > 0) {
+    if constexpr (gathers) {
+      // nothing: the next step gathers from the shards' owners
+    } else if constexpr (stage > 0) {
       all_gather_weights(primary);
     } else {
       for (const auto& t : parameter_table<Net>::tensors()) {
@@ -244,13 +320,13 @@ class cpu_replicas {
     return std::none_of(bad, bad + count, [](int b) { return b != 0; });
   }
   double apply_regularizers_to_shards(std::byte* primary) {
-    const float* weights = weights_of(0, primary);
     double total = 0;
     for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
       const std::size_t first = offset / sizeof(float), last = first + floats;
-      for (int r = 0; r < count; ++r) {
+      for (int r = 0; r < count; ++r) {  // the shard's owner's weights (zero<3>'s only ones)
         const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
-        if (begin < end) total += Regularizer::apply(weights + begin, gradients_of(r, primary) + begin, end - begin);
+        if (begin < end)
+          total += Regularizer::apply(weights_of(r, primary) + begin, gradients_of(r, primary) + begin, end - begin);
       }
     });
     return total;
@@ -276,6 +352,79 @@ class cpu_replicas {
       std::memcpy(slot_shard(r, s, primary), from + shards::begin(r), shards::size(r) * sizeof(float));
   }
 
+  // zero<3>: replica r's forward, each layer's weights gathered from their
+  // owners just before it and freed after (replica 0's alone: evaluate, predict).
+  template <class Program>
+  void forward_sharded(int r, Program& program, arena& primary) {
+    static_assert(gathers, "cpu_replicas::forward_sharded: only under zero<3>");
+    arena& own = arena_of(r, primary);
+    for (std::size_t i = 0; i < groups::count; ++i) {
+      gather(r, i, primary);
+      note_peak(r, own);
+      program.forward_layer(i);
+      release(unowned_weights_of_layer_[static_cast<std::size_t>(r)][i], own, 0);
+    }
+    if (r == 0) whole_ = false;
+  }
+  // zero<3>: replica r's backward, layer by layer: the weights gathered, the
+  // layer's backward, then shard r's part of its mean gradient (after every
+  // replica's backward of it), then its gradients and weights freed. Every
+  // replica runs it at once (each()); begin_backward() first.
+  template <class Program>
+  void backward_sharded(int r, Program& program, arena& primary) {
+    static_assert(gathers, "cpu_replicas::backward_sharded: only under zero<3>");
+    arena& own = arena_of(r, primary);
+    const auto at = static_cast<std::size_t>(r);
+    try {
+      for (std::size_t k = groups::count; k-- > 0;) {
+        gather(r, k, primary);
+        program.backward_layer(k);
+        note_peak(r, own);
+        const auto& layer = groups::own[k];
+        if (layer.size() > 0) {
+          barrier_.arrive_and_wait();  // every replica's gradient of layer k is written
+          reduce_into_owner(r, std::max(layer.begin, shards::begin(r)), std::min(layer.end, shards::end(r)), primary);
+          barrier_.arrive_and_wait();  // and read
+          release(unowned_gradients_of_layer_[at][k], own, plan0::gradients_offset);
+        }
+        release(unowned_weights_of_layer_[at][k], own, 0);
+      }
+    } catch (...) {
+      barrier_.abort();
+      throw;
+    }
+    if (r == 0) whole_ = false;
+  }
+  void begin_backward() { barrier_.reset(); }
+  // zero<3>: before replica 0 runs alone (evaluate, predict), the shards at
+  // their owners, as a step begins.
+  void begin_inference(arena& primary) { synchronize(primary); }
+
+  // zero<3>: replica 0's trainable weights gathered whole (for whatever reads
+  // them outside a step); the next step frees them again.
+  void make_whole(arena& primary) {
+    if constexpr (gathers) {
+      if (whole_) return;
+      for (int s = 1; s < count; ++s)
+        for (const auto& [at, n] : owned_weights_[static_cast<std::size_t>(s)])
+          std::memcpy(primary.template at<float>(0) + at, weights_of(s, primary.data()) + at, n * sizeof(float));
+      whole_ = true;
+    }
+  }
+
+  // The bytes of replica r's weights, gradients and slots held in memory now
+  // (whole pages), and the most seen during a step since track_peaks(true)
+  // (zero<3> looks after each gather: a layer's weights, and in backward its
+  // gradients, beside the shards).
+  std::size_t resident_state_bytes(int r, const arena& primary) const {
+    return arena_of(r, primary).resident_bytes(0, step_base_);
+  }
+  std::size_t peak_state_bytes(int r) const { return peak_.at(static_cast<std::size_t>(r)); }
+  void track_peaks(bool on) {
+    tracking_ = on;
+    peak_.fill(0);
+  }
+
  private:
   struct secondary {
     arena memory;
@@ -297,6 +446,107 @@ class cpu_replicas {
   float* slot_shard(int r, int s, std::byte* primary) {
     std::byte* arena = r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory.data();
     return reinterpret_cast<float*>(arena + plan0::slots_offset + static_cast<std::size_t>(s) * slot_stride);
+  }
+
+  arena& arena_of(int r, arena& primary) {
+    return r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory;
+  }
+  const arena& arena_of(int r, const arena& primary) const {
+    return r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory;
+  }
+
+  // zero<3>'s runs of floats [at, at + n): where the statistics are; shard
+  // s's trainable weights but them (owned_weights_); and per replica and
+  // layer, the layer's (and its tied matrix's) weights it does not own, but
+  // statistics, with each run's owner (gathers_), the same merged where
+  // adjacent (unowned_weights_of_layer_), and the layer's gradients it does
+  // not own; unowned_weights_[r] is all of replica r's unowned weights.
+  struct owned_run {
+    std::size_t at = 0, n = 0;
+    int owner = 0;
+  };
+  using runs = std::vector<std::pair<std::size_t, std::size_t>>;
+  // [from, to) without the statistics, as runs.
+  runs without_statistics(std::size_t from, std::size_t to) const {
+    runs out;
+    std::size_t at = from;
+    for (const auto& [s, n] : statistics_) {
+      if (s + n <= at || s >= to) continue;
+      if (s > at) out.emplace_back(at, s - at);
+      at = std::max(at, s + n);
+    }
+    if (at < to) out.emplace_back(at, to - at);
+    return out;
+  }
+  static void merge_into(runs& into, std::size_t at, std::size_t n) {
+    if (n == 0) return;
+    if (!into.empty() && into.back().first + into.back().second == at)
+      into.back().second += n;
+    else
+      into.emplace_back(at, n);
+  }
+  void plan_gathers() {
+    for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
+      if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats) statistics_.emplace_back(t.offset, t.size);
+    std::sort(statistics_.begin(), statistics_.end());
+    for (int s = 0; s < count; ++s) owned_weights_.push_back(without_statistics(shards::begin(s), shards::end(s)));
+    for (int r = 0; r < count; ++r) {
+      std::vector<std::vector<owned_run>> gathers(groups::count);
+      std::vector<runs> weights(groups::count), gradients(groups::count);
+      runs all;
+      for (int s = 0; s < count; ++s)
+        if (s != r)
+          for (const auto& [at, n] : owned_weights_[static_cast<std::size_t>(s)]) merge_into(all, at, n);
+      for (std::size_t i = 0; i < groups::count; ++i) {
+        auto add = [&](const typename groups::range& layer, bool with_gradients) {
+          for (int s = 0; s < count; ++s) {
+            if (s == r) continue;
+            const std::size_t from = std::max(layer.begin, shards::begin(s)), to = std::min(layer.end, shards::end(s));
+            if (from >= to) continue;
+            if (with_gradients) merge_into(gradients[i], from, to - from);
+            for (const auto& [at, n] : without_statistics(from, to)) {
+              gathers[i].push_back({at, n, s});
+              merge_into(weights[i], at, n);
+            }
+          }
+        };
+        add(groups::own[i], true);
+        if (groups::tied_source[i] < groups::count) add(groups::own[groups::tied_source[i]], false);
+      }
+      gathers_.push_back(std::move(gathers));
+      unowned_weights_of_layer_.push_back(std::move(weights));
+      unowned_gradients_of_layer_.push_back(std::move(gradients));
+      unowned_weights_.push_back(std::move(all));
+    }
+  }
+  // Replica r's copy of layer i's weights (and its tied matrix) from their owners.
+  void gather(int r, std::size_t i, arena& primary) {
+    float* to = weights_of(r, primary.data());
+    for (const owned_run& piece : gathers_[static_cast<std::size_t>(r)][i])
+      std::memcpy(to + piece.at, weights_of(piece.owner, primary.data()) + piece.at, piece.n * sizeof(float));
+  }
+  static void release(const runs& floats, arena& memory, std::size_t region) {
+    for (const auto& [at, n] : floats) memory.release(region + at * sizeof(float), n * sizeof(float));
+  }
+  // [from, to) of the mean gradient into replica r's, summed in replica order
+  // element by element as reduce_scatter_gradients sums.
+  void reduce_into_owner(int r, std::size_t from, std::size_t to, arena& primary) {
+    if (from >= to) return;
+    const float* sources[count];
+    for (int q = 0; q < count; ++q) sources[q] = gradients_of(q, primary.data());
+    float* const into = gradients_of(r, primary.data());
+    constexpr float mean = 1.f / count;
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(to - from), [&, from](std::ptrdiff_t k) {
+      const std::size_t i = from + static_cast<std::size_t>(k);
+      float total = sources[0][i];
+      for (int q = 1; q < count; ++q) total += sources[q][i];
+      into[i] = total * mean;
+    });
+  }
+  void note_peak(int r, const arena& memory) {
+    if (!tracking_) return;
+    auto& peak = peak_[static_cast<std::size_t>(r)];
+    peak = std::max(peak, memory.resident_bytes(0, step_base_));
   }
 
   optimizers::shard_runner runner() {
@@ -344,9 +594,26 @@ class cpu_replicas {
     each(gather);
   }
 
-  void synchronize(const std::byte* primary) {
+  void synchronize(arena& primary) {
+    if constexpr (gathers) {
+      if (stale_) {  // each replica's shard, every statistic and the frozen weights; the rest is gathered
+        for (int r = 1; r < count; ++r) {
+          float* to = weights_of(r, primary.data());
+          const float* from = primary.template at<float>(0);
+          const auto copy = [&](std::size_t at, std::size_t n) { std::memcpy(to + at, from + at, n * sizeof(float)); };
+          copy(shards::begin(r), shards::size(r));
+          for (const auto& [at, n] : statistics_) copy(at, n);
+          copy(Net::trainable_floats, Net::parameter_floats - Net::trainable_floats);
+        }
+      }
+      if (stale_ || whole_)
+        for (const auto& [at, n] : unowned_weights_[0]) primary.release(at * sizeof(float), n * sizeof(float));
+      whole_ = false;
+      stale_ = false;
+      return;
+    }
     if (!stale_) return;
-    for (auto& replica : secondaries_) std::memcpy(replica->memory.data(), primary, plan0::parameter_bytes);
+    for (auto& replica : secondaries_) std::memcpy(replica->memory.data(), primary.data(), plan0::parameter_bytes);
     stale_ = false;
   }
 
@@ -389,6 +656,15 @@ class cpu_replicas {
   int slots_ = 0;
   optimizers::update_arguments shard_arguments_[count];
   std::vector<float*> slot_pointers_;
+  // zero<3> (plan_gathers() says what each holds).
+  runs statistics_;
+  std::vector<runs> owned_weights_, unowned_weights_;
+  std::vector<std::vector<std::vector<owned_run>>> gathers_;
+  std::vector<std::vector<runs>> unowned_weights_of_layer_, unowned_gradients_of_layer_;
+  replica_barrier barrier_{count};
+  bool whole_ = true;  // replica 0's weights: gathered whole (or not yet freed)
+  bool tracking_ = false;
+  std::array<std::size_t, count> peak_{};
 };
 
 }  // namespace typeflow

@@ -593,6 +593,25 @@ class model {
   // memory). Under mirrored<N> replica 0 holds the optimizer's slots, under
   // zero<k> each replica its shard (distribute/rank_memory.hpp plans them).
   std::size_t arena_bytes(int replica = 0) const { return engine_.arena_bytes(replica); }
+  // Replica r's weights, gradients and optimizer slots on the CPU: the bytes
+  // held in memory now (whole pages; less than their region under zero<3>,
+  // whose freed pages hold none), and the most held during the steps since
+  // track_state_peaks() (zero<3>'s gathers; otherwise the bytes now).
+  std::size_t resident_state_bytes(int replica = 0) const
+    requires std::is_same_v<Device, cpu>
+  {
+    return engine_.resident_state_bytes(replica);
+  }
+  void track_state_peaks(bool on = true)
+    requires std::is_same_v<Device, cpu>
+  {
+    engine_.track_state_peaks(on);
+  }
+  std::size_t peak_state_bytes(int replica = 0) const
+    requires std::is_same_v<Device, cpu>
+  {
+    return engine_.peak_state_bytes(replica);
+  }
   const arena& memory() const
     requires std::is_same_v<Device, cpu>
   {

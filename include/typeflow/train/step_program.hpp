@@ -59,8 +59,15 @@ class step_program {
       (std::get<last - I>(executors_).backward(), ...);
     }(std::make_index_sequence<layer_count>{});
   }
+  // Layer i's forward alone (zero<3> gathers each layer's weights just before).
+  void forward_layer(std::size_t i) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I == i ? std::get<I>(executors_).forward() : void()), ...);
+    }(std::make_index_sequence<layer_count>{});
+  }
   // Layer i's backward alone (mirrored<N> on GPUs interleaves the replicas
-  // layer by layer, so that each gradient bucket's all-reduce starts early).
+  // layer by layer, so that each gradient bucket's all-reduce starts early;
+  // zero<3> gathers each layer's weights before it and reduces its gradients after).
   void backward_layer(std::size_t i) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((I == i ? std::get<I>(executors_).backward() : void()), ...);

@@ -1,0 +1,27 @@
+// expected-error: zero<3, Strategy> across processes: stage 3 (parameters sharded, gathered before each layer) runs within one process only
+//
+// zero<3, multi_worker> is a type (a checkpoint can name it), but stage 3
+// gathers with threads in one process; multi_worker needs MPI's headers, so
+// a strategy of the test's own that crosses processes stands in for it.
+#include <typeflow/typeflow.hpp>
+
+namespace tf = typeflow;
+
+using net = tf::sequential<tf::input<4>, tf::dense<2>>;
+
+struct two_processes {
+  static constexpr int replicas = 1;
+  static constexpr bool across_processes = true;
+  static constexpr bool sync_statistics = false;
+  static std::string name() { return "two_processes"; }
+  int rank() const { return 0; }
+  bool is_chief() const { return true; }
+  void broadcast(float*, std::size_t) const {}
+  void all_reduce_mean(float*, std::size_t) const {}
+};
+
+int main() {
+  static_assert(tf::strategy<tf::zero<3, two_processes>>);
+  tf::model<net, tf::float32, tf::zero<3, two_processes>> model;
+  (void)model;
+}
