@@ -8,8 +8,10 @@
 // BM_mlp_784_512_512_10   the MNIST example's model, batch 128, the same way.
 // BM_mlp_train_step_mirrored2    the 256-sample step on mirrored<2> (128 per replica thread).
 // BM_mlp_train_step_accumulate4  the 256 samples as 4 micro-batches of 64 under accumulate<4>.
-// BM_mlp_train_step_zero1_mirrored2, ..._zero2_mirrored2  mirrored<2>'s step under
-//                         zero<1> and zero<2> (each replica updates its half).
+// BM_mlp_train_step_zero1_mirrored2, ..._zero2_mirrored2, ..._zero3_mirrored2
+//                         mirrored<2>'s step under zero<1>, zero<2> (each
+//                         replica updates its half) and zero<3> (and gathers
+//                         each layer's weights, frees them after).
 // ..._mixed_bfloat16, ..._mixed_float16  the same steps under a 16-bit policy
 //                         (the logits layer stays float32). arena_MiB is the
 //                         model's whole arena: weights, gradients, Adam's
@@ -116,6 +118,9 @@ void BM_mlp_train_step_zero1_mirrored2(benchmark::State& state) {
 void BM_mlp_train_step_zero2_mirrored2(benchmark::State& state) {
   train_step<big_mlp, 256, tf::zero<2, tf::mirrored<2>>>(state);
 }
+void BM_mlp_train_step_zero3_mirrored2(benchmark::State& state) {
+  train_step<big_mlp, 256, tf::zero<3, tf::mirrored<2>>>(state);
+}
 
 // Mixed precision: 16-bit activations, rounded products (see layers/dense.hpp).
 void BM_mlp_train_step_mixed_bfloat16(benchmark::State& state) {
@@ -141,6 +146,7 @@ BENCHMARK(BM_mlp_train_step_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTi
 BENCHMARK(BM_mlp_train_step_accumulate4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_train_step_zero1_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mlp_train_step_zero2_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_mlp_train_step_zero3_mirrored2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // oneDNN's matmul alone. Args: m, n, k, transpose_a, transpose_b, relu epilogue
 // (with bias). C (m, n) = op(A) (m, k) · op(B) (k, n).

@@ -1,18 +1,20 @@
-// Sharding the optimizer's state to fit a per-replica memory budget: the
-// MNIST MLP with Adam on four replicas (threads), each allowed 24 MiB.
+// Sharding the training state to fit a per-replica memory budget: the MNIST
+// MLP with Adam on four replicas (threads), each allowed 18 MiB.
 //
 //   zero_memory [data/mnist] [steps]
 //
 // Under mirrored<4> replica 0 holds the weights, the gradients and both of
-// Adam's slots whole: more than 24 MiB, so fit refuses before it allocates
-// anything. Under zero<2, mirrored<4>> each replica keeps a quarter of the
-// slots (and updates only that quarter), so the same model trains within the
-// budget, and to the same weights, bit for bit, as an unbudgeted mirrored<4>.
-// Each replica's bytes are known at compile time (tf::rank_memory); the
-// program prints them beside the arena each replica holds after training.
-//
-// (Stage 3, sharding the weights themselves, is not built yet: the weights
-// and the gradients the backward pass writes stay whole on every replica.)
+// Adam's slots whole: 30 MiB, so fit refuses before it allocates anything.
+// zero<2, mirrored<4>> keeps a quarter of the slots on each replica, but the
+// weights and gradients whole: 19 MiB, refused too. Under zero<3,
+// mirrored<4>> each replica keeps a quarter of the weights, gradients and
+// slots, and gathers one layer's weights at a time (the largest, 1024 x
+// 1024, with its gradients, is half of what it holds), so the same model
+// trains within the budget, and to the same weights, bit for bit, as an
+// unbudgeted mirrored<4>. Each replica's bytes are known at compile time
+// (tf::rank_memory); the program prints them beside what each replica's
+// weights, gradients and slots held in memory at their peak, measured in
+// pages during the steps.
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -32,36 +34,45 @@ using mlp = tf::sequential<tf::input<28, 28>, tf::flatten,
                            tf::dense<10>>;
 
 constexpr int batch = 256;  // 64 per replica
-using budget = tf::device_budget<24_MiB>;
-using sharded = tf::zero<2, tf::mirrored<4>>;
+using budget = tf::device_budget<18_MiB>;
+using slots_sharded = tf::zero<2, tf::mirrored<4>>;
+using sharded = tf::zero<3, tf::mirrored<4>>;
 constexpr int adam_slots = 2;
 
 // What the compiler knows of each strategy: one replica's bytes with Adam.
 static_assert(tf::rank_memory<mlp, tf::mirrored<4>, batch>::bytes(adam_slots) > budget::bytes,
               "the example needs a model whose Adam state does not fit the budget unsharded");
+static_assert(tf::rank_memory<mlp, slots_sharded, batch>::bytes(adam_slots) > budget::bytes,
+              "the example needs a model that does not fit the budget with only its slots sharded");
 static_assert(tf::rank_memory<mlp, sharded, batch>::bytes(adam_slots) <= budget::bytes,
-              "the example needs a model that fits the budget under zero<2>");
+              "the example needs a model that fits the budget under zero<3>");
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-template <class Model>
-void print_arenas(const char* name, const Model& model, std::size_t planned) {
-  constexpr int replicas = std::remove_cvref_t<decltype(model.strategy())>::replicas;
-  std::printf("%-26s held:", name);
-  for (int r = 0; r < replicas; ++r)
-    std::printf(" replica %d %5.1f MiB%s", r, mib(model.arena_bytes(r)), r + 1 < replicas ? "," : "");
-  std::printf(" (planned for the fullest: %.1f)\n", mib(planned));
+// Each replica's weights, gradients and slots: the most held in memory during
+// the steps (peak_state_bytes), against the plan's.
+template <class Strategy, class Model>
+void print_peaks(const char* name, const Model& model) {
+  using memory = tf::rank_memory<mlp, Strategy, batch>;
+  std::printf("%-22s weights, gradients and slots at their peak:", name);
+  for (int r = 0; r < Strategy::replicas; ++r)
+    std::printf(" replica %d %5.2f MiB%s", r, mib(model.peak_state_bytes(r)), r + 1 < Strategy::replicas ? "," : "");
+  std::printf(" (planned: %.2f)\n", mib(memory::bytes(adam_slots) - memory::activation_bytes));
 }
 
 template <class Strategy>
 void print_plan(const char* name) {
   using memory = tf::rank_memory<mlp, Strategy, batch>;
-  std::printf("%-26s per replica: parameters %5.1f MiB, gradients %5.1f, Adam's slots %5.1f, activations %4.1f: "
-              "%5.1f MiB\n",
+  std::printf("%-22s per replica: parameters %5.2f MiB, gradients %5.2f, Adam's slots %5.2f, gathered %5.2f, "
+              "activations %4.2f: %5.2f MiB\n",
               name, mib(memory::parameter_bytes), mib(memory::gradient_bytes),
-              mib(memory::bytes(adam_slots) - memory::bytes(0)), mib(memory::activation_bytes),
-              mib(memory::bytes(adam_slots)));
+              mib(memory::bytes(adam_slots) - memory::bytes(0)), mib(memory::gathered_bytes),
+              mib(memory::activation_bytes), mib(memory::bytes(adam_slots)));
 }
+
+// Trains under Strategy within the budget; true when fit refused before the first step.
+template <class Strategy>
+bool refused(const char* name, const std::string& dir, int steps);
 
 // A fresh pipeline per run, so that both see the same batches in the same order.
 auto mnist_train(const std::string& dir) {
@@ -80,32 +91,25 @@ int main(int argc, char** argv) try {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 60;
   std::printf("budget: %.0f MiB per replica\n", mib(budget::bytes));
   print_plan<tf::mirrored<4>>("mirrored<4>");
-  print_plan<sharded>("zero<2, mirrored<4>>");
+  print_plan<slots_sharded>("zero<2, mirrored<4>>");
+  print_plan<sharded>("zero<3, mirrored<4>>");
 
-  // 1. Unsharded, within the budget: refused before the first step.
-  {
-    tf::model<mlp, tf::float32, tf::mirrored<4>, tf::cpu, budget> model{/*seed=*/7};
-    compile(model);
-    try {
-      model.fit(mnist_train(dir), {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
-      std::fprintf(stderr, "zero_memory: mirrored<4> trained over its budget\n");
-      return 1;
-    } catch (const std::invalid_argument& e) {
-      std::printf("mirrored<4> with the budget: refused (%s)\n", e.what());
-    }
-  }
+  // 1. Unsharded, and with only the slots sharded, within the budget: refused before the first step.
+  if (!refused<tf::mirrored<4>>("mirrored<4>", dir, steps) || !refused<slots_sharded>("zero<2, mirrored<4>>", dir, steps))
+    return 1;
 
-  // 2. Sharded, within the same budget: trains.
+  // 2. Everything sharded, within the same budget: trains.
   tf::model<mlp, tf::float32, sharded, tf::cpu, budget> model{/*seed=*/7};
   compile(model);
+  model.track_state_peaks();
   const tf::history sharded_history = model.fit(mnist_train(dir), {.epochs = 1, .steps_per_epoch = steps});
+  print_peaks<sharded>("zero<3, mirrored<4>>", model);
 
   // 3. The unsharded run without a budget, for the answer it gives.
   tf::model<mlp, tf::float32, tf::mirrored<4>> reference{/*seed=*/7};
   compile(reference);
   const tf::history reference_history = reference.fit(mnist_train(dir), {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
-  print_arenas("zero<2, mirrored<4>>", model, tf::rank_memory<mlp, sharded, batch>::bytes(adam_slots));
-  print_arenas("mirrored<4>, no budget", reference, tf::rank_memory<mlp, tf::mirrored<4>, batch>::bytes(adam_slots));
+  print_peaks<tf::mirrored<4>>("mirrored<4>, no budget", reference);
 
   const auto a = model.get_weights(), b = reference.get_weights();
   std::size_t differing = 0, total = 0;
@@ -124,4 +128,18 @@ int main(int argc, char** argv) try {
 } catch (const std::exception& e) {
   std::fprintf(stderr, "zero_memory: %s\n", e.what());
   return 1;
+}
+
+template <class Strategy>
+bool refused(const char* name, const std::string& dir, int steps) {
+  tf::model<mlp, tf::float32, Strategy, tf::cpu, budget> model{/*seed=*/7};
+  compile(model);
+  try {
+    model.fit(mnist_train(dir), {.epochs = 1, .verbose = 0, .steps_per_epoch = steps});
+  } catch (const std::invalid_argument& e) {
+    std::printf("%s with the budget: refused (%s)\n", name, e.what());
+    return true;
+  }
+  std::fprintf(stderr, "zero_memory: %s trained over its budget\n", name);
+  return false;
 }

@@ -146,7 +146,12 @@ class engine<Net, Policy, Strategy, cpu> {
     program_.reset();
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
-    std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
+    if constexpr (gathers) {  // zero<3>: the gradients' pages given back (zero), the slots' zeroed
+      memory_.release(plan0::gradients_offset, plan0::trainable_bytes);
+      std::memset(memory_.data() + plan0::slots_offset, 0, step_base() - plan0::slots_offset);
+    } else {
+      std::memset(memory_.data() + plan0::gradients_offset, 0, step_base() - plan0::gradients_offset);
+    }
     if constexpr (sharded) shard_owners().compiled(training_.slots);
   }
 
