@@ -113,7 +113,7 @@ TEST_CASE("zero<k> with sgd momentum, clipnorm, accumulate<2> and decoupled weig
   check_same_bits<model_under<zero_mirrored<3, 2>>, model_under<tf::mirrored<2>>>(accumulated, 7);
 }
 
-TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits, zero<2> sums the shards' norms, within 1e-6") {
+TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits, zero<2|3> sum the shards' norms, within 1e-6") {
   // A limit below the gradients' norm, so that every update clips (sgd's
   // step, unlike adam's, scales with the factor).
   const tf::optimizers::sgd clipped{.learning_rate = 0.1, .momentum = 0.9, .global_clipnorm = 0.05f};
@@ -128,6 +128,12 @@ TEST_CASE("global_clipnorm: zero<1> gives mirrored<N>'s bits, zero<2> sums the s
   const double gap = largest_relative_gap(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path));
   MESSAGE("zero<2, mirrored<4>> with global_clipnorm: largest relative gap to mirrored<4> " << gap);
   CHECK(gap <= 1e-6);
+  model_under<zero_mirrored<3, 4>> gathered{7};  // zero<3> sums the norms as zero<2> does
+  train(gathered, clipped);
+  tf_testing::temp_dir c("typeflow_zero_test_c");
+  const double gathered_gap = largest_relative_gap(gathered.save_checkpoint(c.path), b.path);
+  MESSAGE("zero<3, mirrored<4>> with global_clipnorm: largest relative gap to mirrored<4> " << gathered_gap);
+  CHECK(gathered_gap <= 1e-6);
 }
 
 TEST_CASE("zero<2>: a gradient that is not finite in one shard stops the step before any replica updates") {
