@@ -334,10 +334,12 @@ namespace {
 // A language model whose head reads the embedding's matrix (tied_logits):
 // zero<3> gathers the matrix for the head too, and reduces its gradient,
 // which the head writes and the embedding completes, after the embedding's
-// backward.
+// backward. Its blocks are gathered one copy at a time (repeat), and the
+// recomputed block child by child, in its backward's forward too.
 constexpr int tokens = 8, vocabulary = 32;
-using tied_lm = tf::sequential<tf::typed_input<tf::int32, tokens>, tf::embedding<vocabulary, 16>, tf::dense<16>, tf::relu,
-                               tf::layer_norm, tf::tied_logits>;
+using tied_lm = tf::sequential<tf::typed_input<tf::int32, tokens>, tf::embedding<vocabulary, 16>,
+                               tf::repeat<3, tf::residual<tf::layer_norm, tf::dense<16>, tf::relu>>,
+                               tf::recompute<tf::dense<16>, tf::relu, tf::dense<16>>, tf::layer_norm, tf::tied_logits>;
 using token_ids = tf::data::tensor_value<std::int32_t, tf::shape<tokens>>;
 tf::data::batch_of<8, token_ids, token_ids> token_batch(int index) {
   tf::data::batch_of<8, token_ids, token_ids> b;
@@ -358,6 +360,8 @@ using deep_of = tf::sequential<tf::input<256>, tf::dense<256 + 0 * I>..., tf::de
 using deep_mlp = decltype([]<int... I>(std::integer_sequence<int, I...>) -> deep_of<I...> { return {}; }(
     std::make_integer_sequence<int, 20>{}));
 auto deep_batch(int index) { return tf_testing::numbered_batch<16, 256, 4>(index); }
+// The same twenty layers as one repeat<>: gathered one copy at a time.
+using deep_repeat = tf::sequential<tf::input<256>, tf::repeat<20, tf::dense<256>>, tf::dense<4, tf::float32>>;
 
 }  // namespace
 
@@ -478,13 +482,33 @@ TEST_CASE("zero<3, mirrored<4>>: each replica holds its shard and one layer's ga
   for (int step = 0; step < 2; ++step)
     CHECK(sharded.train_on_batch(deep_batch(step)) == mirrored.train_on_batch(deep_batch(step)));
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+
+  using repeat_model = model_under<zero_mirrored<3, 4>, deep_repeat>;
+  using repeat_plan = tf::rank_memory<repeat_model::bound_network, zero_mirrored<3, 4>, 16>;
+  static_assert(repeat_plan::gathered_bytes == plan::gathered_bytes);  // one copy of dense<256> at a time
+  repeat_model repeated{3};
+  model_under<tf::mirrored<4>, deep_repeat> repeated_reference{3};
+  repeated.compile(tf::optimizers::adam{.learning_rate = 0.001}, logits_loss);
+  repeated_reference.compile(tf::optimizers::adam{.learning_rate = 0.001}, logits_loss);
+  repeated.track_state_peaks();
+  for (int step = 0; step < 2; ++step)
+    CHECK(repeated.train_on_batch(deep_batch(step)) == repeated_reference.train_on_batch(deep_batch(step)));
+  CHECK(same_bits(repeated.parameter_region(), repeated_reference.parameter_region()));
 #if TYPEFLOW_ARENA_MREMAP
+  for (int r = 1; r < 4; ++r) {
+    INFO("repeat<20>, replica " << r << ": peak " << repeated.peak_state_bytes(r));
+    CHECK(repeated.peak_state_bytes(r) <= planned + planned / 10 + 64 * 1024);
+  }
   const std::size_t mirrored_bytes = mirrored.resident_state_bytes(0);
   CHECK(mirrored_bytes >= whole);
   for (int r = 1; r < 4; ++r) {  // replica 0's weights were gathered whole for parameter_region()
     const std::size_t peak = sharded.peak_state_bytes(r), now = sharded.resident_state_bytes(r);
     INFO("replica " << r << ": peak " << peak << " bytes, after the step " << now << ", planned " << planned
                     << ", mirrored<4>'s replica 0 " << mirrored_bytes);
+    if (r == 1)
+      MESSAGE("zero<3, mirrored<4>>, 20 layers of 256 x 256: replica 1's weights, gradients and slots peak at " << peak
+              << " bytes (repeat<20>: " << repeated.peak_state_bytes(1) << "), planned " << planned
+              << "; mirrored<4>'s replica 0 holds " << mirrored_bytes);
     CHECK(peak <= planned + planned / 10 + 64 * 1024);
     CHECK(peak * 10 <= mirrored_bytes * 3);
     CHECK(now < peak);  // the last layer's gathered weights and gradients were freed

@@ -223,6 +223,19 @@ struct param_list {
   }();
 };
 
+// zero<3> (train/cpu_replicas.hpp): a combinator at the top of a network
+// (repeat, recompute, residual, a nested sequential) calls these around each
+// child that has trained parameters, [params, params + floats) of its
+// replica's parameter region, so that the child's weights are gathered just
+// before it runs and freed after, and its gradients reduced after its
+// backward. Its children's children call nothing.
+struct parameter_hooks {
+  void* owner = nullptr;
+  void (*before)(void* owner, const float* params, std::size_t floats) = nullptr;
+  void (*after_forward)(void* owner, const float* params, std::size_t floats) = nullptr;
+  void (*after_backward)(void* owner, const float* params, std::size_t floats) = nullptr;
+};
+
 // What a step is doing, shared by every layer of a model.
 struct run_state {
   bool training = false;         // dropout active, statistics updated
@@ -232,6 +245,8 @@ struct run_state {
   // A training step: the batch's samples present (a last partial batch's;
   // batch statistics count only them); -1: all of them.
   int valid_samples = -1;
+  // zero<3>'s, for the top-level combinators (nullptr: none).
+  const parameter_hooks* hooks = nullptr;
 };
 
 // The fixed addresses one layer works on, resolved from the memory plan, on
@@ -259,6 +274,9 @@ struct layer_io {
   bool tied_gradient_written = false;
   typename Device::context* context = nullptr;
   const run_state* run = nullptr;
+  // A combinator at the top of a network under zero<3>: run->hooks, which it
+  // calls around its children (parameter_hooks); nullptr otherwise.
+  const parameter_hooks* hooks = nullptr;
   // Tells apart layers that share a position, so that two dropouts in two
   // repeated blocks never draw the same mask: a network's layer I has I, the
   // children of a combinator child_salt(its salt, their index).

@@ -92,6 +92,10 @@ class chain_executor {
   }
 
   void forward() {
+    if (io_.hooks) {  // zero<3>: each child's weights gathered for it
+      [this]<std::size_t... I>(std::index_sequence<I...>) { (hooked_forward<I>(), ...); }(std::make_index_sequence<n>{});
+      return;
+    }
     std::apply([](auto&... c) { (c.forward(), ...); }, children_);
   }
 
@@ -100,6 +104,12 @@ class chain_executor {
     if constexpr (in_place[n - 1])
       copy_bytes(*io_.context, gradient(gradient_slot[n - 1]), io_.d_out,
                  static_cast<std::size_t>(Batch) * out_sizes[n - 1] * sizeof(float));
+    if (io_.hooks) {
+      [this]<std::size_t... I>(std::index_sequence<I...>) {
+        (hooked_backward<n - 1 - I>(), ...);
+      }(std::make_index_sequence<n>{});
+      return;
+    }
     [this]<std::size_t... I>(std::index_sequence<I...>) {
       (std::get<n - 1 - I>(children_).backward(), ...);
     }(std::make_index_sequence<n>{});
@@ -109,6 +119,30 @@ class chain_executor {
   const layer_io<Device>& io() const { return io_; }  // for residual's skip connection
 
  private:
+  // Child I's trained parameters, for the hooks.
+  template <std::size_t I>
+  static constexpr std::size_t param_offset_of = [] {
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < I; ++i) offset += child_param_floats[i];
+    return offset;
+  }();
+  template <std::size_t I>
+  void hooked_forward() {
+    const parameter_hooks& h = *io_.hooks;
+    const float* params = io_.params + param_offset_of<I>;
+    if constexpr (child_param_floats[I] > 0) h.before(h.owner, params, child_param_floats[I]);
+    std::get<I>(children_).forward();
+    if constexpr (child_param_floats[I] > 0) h.after_forward(h.owner, params, child_param_floats[I]);
+  }
+  template <std::size_t I>
+  void hooked_backward() {
+    const parameter_hooks& h = *io_.hooks;
+    const float* params = io_.params + param_offset_of<I>;
+    if constexpr (child_param_floats[I] > 0) h.before(h.owner, params, child_param_floats[I]);
+    std::get<I>(children_).backward();
+    if constexpr (child_param_floats[I] > 0) h.after_backward(h.owner, params, child_param_floats[I]);
+  }
+
   float* output(int slot) const {
     if (slot == from_input) return const_cast<float*>(io_.in);
     if (slot == to_output) return io_.out;
@@ -134,13 +168,11 @@ class chain_executor {
       io.d_in = in_place[0] ? gradient(gradient_slot[0]) : io_.d_in;
     else
       io.d_in = gradient(gradient_slot[I - 1]);
-    std::size_t param_offset = 0, frozen_offset = 0;
-    for (std::size_t i = 0; i < I; ++i) {
-      param_offset += child_param_floats[i];
-      frozen_offset += child_frozen_floats[i];
-    }
-    io.params = io_.params + param_offset;
-    io.grads = io_.grads + param_offset;
+    io.hooks = nullptr;  // the hooks are this chain's alone
+    std::size_t frozen_offset = 0;
+    for (std::size_t i = 0; i < I; ++i) frozen_offset += child_frozen_floats[i];
+    io.params = io_.params + param_offset_of<I>;
+    io.grads = io_.grads + param_offset_of<I>;
     if (io_.frozen_params) io.frozen_params = io_.frozen_params + frozen_offset;
     io.workspace = kept_ + workspace_offset[I];
     io.workspace_persists = Kept && io_.workspace_persists;  // recompute: the children's live in scratch

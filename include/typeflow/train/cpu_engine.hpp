@@ -87,6 +87,7 @@ class engine<Net, Policy, Strategy, cpu> {
     seed_ = seed;
     run_.seed = worker_seed(seed);
     context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
+    if constexpr (gathers) run_.hooks = replicas_.hooks_of_primary();  // zero<3>: its combinators gather child by child
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;

@@ -37,12 +37,14 @@
 // of the trainable parameters between steps (and of the gradients); the
 // other pages of its parameter and gradient regions are given back to the
 // system (arena::release), so that they hold no memory. Each top-level layer
-// (distribute/layer_groups.hpp) is run by:
-//   forward_sharded()   gather the layer's weights (and a tied matrix) from
+// (distribute/layer_groups.hpp), or each child of a top-level combinator
+// (repeat<12, block>: each block; through contract/layer.hpp's
+// parameter_hooks), is a unit that runs as:
+//   forward_sharded()   gather the unit's weights (and a tied matrix) from
 //                   their owners, its forward, then free them;
-//   backward_sharded()  gather them again, the layer's backward, then (every
+//   backward_sharded()  gather them again, the unit's backward, then (every
 //                   replica's backward of it done: a barrier) replica r sums
-//                   shard r's part of the layer's gradients over the
+//                   shard r's part of the unit's gradients over the
 //                   replicas in replica order, as zero<2> does, and (after a
 //                   second barrier) frees the rest of them and the weights.
 // The update then reads only the owners' shards, and no all-gather follows:
@@ -162,7 +164,17 @@ class cpu_replicas {
       for (int r = 0; r <= count; ++r) bounds[r] = static_cast<std::ptrdiff_t>(shards::begin(r));
       shard_table_ = optimizers::cut_region(parameter_table<Net>::tensors(), bounds);
     }
-    if constexpr (gathers) plan_gathers();
+    if constexpr (gathers) {
+      for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
+        if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats) statistics_.emplace_back(t.offset, t.size);
+      std::sort(statistics_.begin(), statistics_.end());
+      for (int r = 0; r < count; ++r) {
+        hook_owners_[static_cast<std::size_t>(r)] = {this, r, nullptr};
+        hooks_[static_cast<std::size_t>(r)] = {&hook_owners_[static_cast<std::size_t>(r)], &hook_before,
+                                               &hook_after_forward, &hook_after_backward};
+        if (r > 0) secondaries_[static_cast<std::size_t>(r - 1)]->run.hooks = &hooks_[static_cast<std::size_t>(r)];
+      }
+    }
   }
 
   // zero<k>, after compile(): each secondary's `slots` slot shards, zeroed,
@@ -352,42 +364,42 @@ class cpu_replicas {
       std::memcpy(slot_shard(r, s, primary), from + shards::begin(r), shards::size(r) * sizeof(float));
   }
 
-  // zero<3>: replica r's forward, each layer's weights gathered from their
+  // zero<3>: replica r's forward, each unit's weights gathered from their
   // owners just before it and freed after (replica 0's alone: evaluate, predict).
   template <class Program>
   void forward_sharded(int r, Program& program, arena& primary) {
     static_assert(gathers, "cpu_replicas::forward_sharded: only under zero<3>");
-    arena& own = arena_of(r, primary);
+    hook_owners_[static_cast<std::size_t>(r)].primary = &primary;
     for (std::size_t i = 0; i < groups::count; ++i) {
-      gather(r, i, primary);
-      note_peak(r, own);
+      if (groups::per_child[i]) {  // the combinator's hooks gather child by child
+        program.forward_layer(i);
+        continue;
+      }
+      gather_layer(r, i, primary);
       program.forward_layer(i);
-      release(unowned_weights_of_layer_[static_cast<std::size_t>(r)][i], own, 0);
+      free_layer_weights(r, i, primary);
     }
     if (r == 0) whole_ = false;
   }
-  // zero<3>: replica r's backward, layer by layer: the weights gathered, the
-  // layer's backward, then shard r's part of its mean gradient (after every
+  // zero<3>: replica r's backward, unit by unit: the weights gathered, the
+  // unit's backward, then shard r's part of its mean gradient (after every
   // replica's backward of it), then its gradients and weights freed. Every
   // replica runs it at once (each()); begin_backward() first.
   template <class Program>
   void backward_sharded(int r, Program& program, arena& primary) {
     static_assert(gathers, "cpu_replicas::backward_sharded: only under zero<3>");
-    arena& own = arena_of(r, primary);
-    const auto at = static_cast<std::size_t>(r);
+    hook_owners_[static_cast<std::size_t>(r)].primary = &primary;
     try {
       for (std::size_t k = groups::count; k-- > 0;) {
-        gather(r, k, primary);
-        program.backward_layer(k);
-        note_peak(r, own);
-        const auto& layer = groups::own[k];
-        if (layer.size() > 0) {
-          barrier_.arrive_and_wait();  // every replica's gradient of layer k is written
-          reduce_into_owner(r, std::max(layer.begin, shards::begin(r)), std::min(layer.end, shards::end(r)), primary);
-          barrier_.arrive_and_wait();  // and read
-          release(unowned_gradients_of_layer_[at][k], own, plan0::gradients_offset);
+        if (groups::per_child[k]) {
+          program.backward_layer(k);
+          continue;
         }
-        release(unowned_weights_of_layer_[at][k], own, 0);
+        gather_layer(r, k, primary);
+        program.backward_layer(k);
+        const auto& layer = groups::own[k];
+        reduce_unit(r, layer.begin, layer.end, primary);
+        free_layer_weights(r, k, primary);
       }
     } catch (...) {
       barrier_.abort();
@@ -399,15 +411,15 @@ class cpu_replicas {
   // zero<3>: before replica 0 runs alone (evaluate, predict), the shards at
   // their owners, as a step begins.
   void begin_inference(arena& primary) { synchronize(primary); }
+  // zero<3>: the engine's run_state takes replica 0's hooks.
+  const parameter_hooks* hooks_of_primary() const { return &hooks_[0]; }
 
   // zero<3>: replica 0's trainable weights gathered whole (for whatever reads
   // them outside a step); the next step frees them again.
   void make_whole(arena& primary) {
     if constexpr (gathers) {
       if (whole_) return;
-      for (int s = 1; s < count; ++s)
-        for (const auto& [at, n] : owned_weights_[static_cast<std::size_t>(s)])
-          std::memcpy(primary.template at<float>(0) + at, weights_of(s, primary.data()) + at, n * sizeof(float));
+      gather(0, 0, Net::trainable_floats, primary);
       whole_ = true;
     }
   }
@@ -455,98 +467,111 @@ class cpu_replicas {
     return r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory;
   }
 
-  // zero<3>'s runs of floats [at, at + n): where the statistics are; shard
-  // s's trainable weights but them (owned_weights_); and per replica and
-  // layer, the layer's (and its tied matrix's) weights it does not own, but
-  // statistics, with each run's owner (gathers_), the same merged where
-  // adjacent (unowned_weights_of_layer_), and the layer's gradients it does
-  // not own; unowned_weights_[r] is all of replica r's unowned weights.
-  struct owned_run {
-    std::size_t at = 0, n = 0;
-    int owner = 0;
-  };
-  using runs = std::vector<std::pair<std::size_t, std::size_t>>;
-  // [from, to) without the statistics, as runs.
-  runs without_statistics(std::size_t from, std::size_t to) const {
-    runs out;
+  // zero<3>'s units: [from, to) floats of the trainable region.
+  // Calls f(at, n) for the runs of [from, to) outside the statistics.
+  template <class F>
+  void without_statistics(std::size_t from, std::size_t to, F&& f) const {
     std::size_t at = from;
     for (const auto& [s, n] : statistics_) {
       if (s + n <= at || s >= to) continue;
-      if (s > at) out.emplace_back(at, s - at);
+      if (s > at) f(at, s - at);
       at = std::max(at, s + n);
     }
-    if (at < to) out.emplace_back(at, to - at);
-    return out;
+    if (at < to) f(at, to - at);
   }
-  static void merge_into(runs& into, std::size_t at, std::size_t n) {
-    if (n == 0) return;
-    if (!into.empty() && into.back().first + into.back().second == at)
-      into.back().second += n;
-    else
-      into.emplace_back(at, n);
+  // Calls f(from', to') for the parts of [from, to) outside shard r.
+  template <class F>
+  static void outside_shard(int r, std::size_t from, std::size_t to, F&& f) {
+    if (from < std::min(to, shards::begin(r))) f(from, std::min(to, shards::begin(r)));
+    if (std::max(from, shards::end(r)) < to) f(std::max(from, shards::end(r)), to);
   }
-  void plan_gathers() {
-    for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
-      if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats) statistics_.emplace_back(t.offset, t.size);
-    std::sort(statistics_.begin(), statistics_.end());
-    for (int s = 0; s < count; ++s) owned_weights_.push_back(without_statistics(shards::begin(s), shards::end(s)));
-    for (int r = 0; r < count; ++r) {
-      std::vector<std::vector<owned_run>> gathers(groups::count);
-      std::vector<runs> weights(groups::count), gradients(groups::count);
-      runs all;
-      for (int s = 0; s < count; ++s)
-        if (s != r)
-          for (const auto& [at, n] : owned_weights_[static_cast<std::size_t>(s)]) merge_into(all, at, n);
-      for (std::size_t i = 0; i < groups::count; ++i) {
-        auto add = [&](const typename groups::range& layer, bool with_gradients) {
-          for (int s = 0; s < count; ++s) {
-            if (s == r) continue;
-            const std::size_t from = std::max(layer.begin, shards::begin(s)), to = std::min(layer.end, shards::end(s));
-            if (from >= to) continue;
-            if (with_gradients) merge_into(gradients[i], from, to - from);
-            for (const auto& [at, n] : without_statistics(from, to)) {
-              gathers[i].push_back({at, n, s});
-              merge_into(weights[i], at, n);
-            }
-          }
-        };
-        add(groups::own[i], true);
-        if (groups::tied_source[i] < groups::count) add(groups::own[groups::tied_source[i]], false);
-      }
-      gathers_.push_back(std::move(gathers));
-      unowned_weights_of_layer_.push_back(std::move(weights));
-      unowned_gradients_of_layer_.push_back(std::move(gradients));
-      unowned_weights_.push_back(std::move(all));
+  // Replica r's copy of [from, to)'s weights from their owners (statistics are each replica's own).
+  void gather(int r, std::size_t from, std::size_t to, arena& primary) {
+    float* into = weights_of(r, primary.data());
+    for (int s = 0; s < count; ++s) {
+      const std::size_t a = std::max(from, shards::begin(s)), b = std::min(to, shards::end(s));
+      if (s == r || a >= b) continue;
+      const float* owner = weights_of(s, primary.data());
+      without_statistics(a, b, [&](std::size_t at, std::size_t n) {
+        std::memcpy(into + at, owner + at, n * sizeof(float));
+      });
     }
+    note_peak(r, arena_of(r, primary));
   }
-  // Replica r's copy of layer i's weights (and its tied matrix) from their owners.
-  void gather(int r, std::size_t i, arena& primary) {
-    float* to = weights_of(r, primary.data());
-    for (const owned_run& piece : gathers_[static_cast<std::size_t>(r)][i])
-      std::memcpy(to + piece.at, weights_of(piece.owner, primary.data()) + piece.at, piece.n * sizeof(float));
-  }
-  static void release(const runs& floats, arena& memory, std::size_t region) {
-    for (const auto& [at, n] : floats) memory.release(region + at * sizeof(float), n * sizeof(float));
-  }
-  // [from, to) of the mean gradient into replica r's, summed in replica order
-  // element by element as reduce_scatter_gradients sums.
-  void reduce_into_owner(int r, std::size_t from, std::size_t to, arena& primary) {
-    if (from >= to) return;
-    const float* sources[count];
-    for (int q = 0; q < count; ++q) sources[q] = gradients_of(q, primary.data());
-    float* const into = gradients_of(r, primary.data());
-    constexpr float mean = 1.f / count;
-    typeflow::parallel_for(static_cast<std::ptrdiff_t>(to - from), [&, from](std::ptrdiff_t k) {
-      const std::size_t i = from + static_cast<std::size_t>(k);
-      float total = sources[0][i];
-      for (int q = 1; q < count; ++q) total += sources[q][i];
-      into[i] = total * mean;
+  void free_weights(int r, std::size_t from, std::size_t to, arena& primary) {
+    arena& memory = arena_of(r, primary);
+    outside_shard(r, from, to, [&](std::size_t a, std::size_t b) {
+      without_statistics(a, b, [&](std::size_t at, std::size_t n) { memory.release(at * sizeof(float), n * sizeof(float)); });
     });
+  }
+  // After every replica's backward of the unit [from, to): shard r's part of
+  // its mean gradient into replica r's, summed in replica order element by
+  // element as reduce_scatter_gradients sums; then the rest freed.
+  void reduce_unit(int r, std::size_t from, std::size_t to, arena& primary) {
+    if (from >= to) return;
+    note_peak(r, arena_of(r, primary));
+    barrier_.arrive_and_wait();  // every replica's gradient of the unit is written
+    const std::size_t a = std::max(from, shards::begin(r)), b = std::min(to, shards::end(r));
+    if (a < b) {
+      const float* sources[count];
+      for (int q = 0; q < count; ++q) sources[q] = gradients_of(q, primary.data());
+      float* const into = gradients_of(r, primary.data());
+      constexpr float mean = 1.f / count;
+      typeflow::parallel_for(static_cast<std::ptrdiff_t>(b - a), [&, a](std::ptrdiff_t k) {
+        const std::size_t i = a + static_cast<std::size_t>(k);
+        float total = sources[0][i];
+        for (int q = 1; q < count; ++q) total += sources[q][i];
+        into[i] = total * mean;
+      });
+    }
+    barrier_.arrive_and_wait();  // and read
+    arena& memory = arena_of(r, primary);
+    outside_shard(r, from, to, [&](std::size_t x, std::size_t y) {
+      memory.release(plan0::gradients_offset + x * sizeof(float), (y - x) * sizeof(float));
+    });
+  }
+  // A top-level layer that is not a combinator: its weights and a tied matrix.
+  void gather_layer(int r, std::size_t i, arena& primary) {
+    if (groups::tied_source[i] < groups::count)
+      gather(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary);
+    gather(r, groups::own[i].begin, groups::own[i].end, primary);
+  }
+  void free_layer_weights(int r, std::size_t i, arena& primary) {
+    free_weights(r, groups::own[i].begin, groups::own[i].end, primary);
+    if (groups::tied_source[i] < groups::count)
+      free_weights(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary);
   }
   void note_peak(int r, const arena& memory) {
     if (!tracking_) return;
     auto& peak = peak_[static_cast<std::size_t>(r)];
     peak = std::max(peak, memory.resident_bytes(0, step_base_));
+  }
+
+  // The combinators' hooks (parameter_hooks): replica r's, over its arena.
+  struct hook_owner {
+    cpu_replicas* self = nullptr;
+    int r = 0;
+    arena* primary = nullptr;  // set as a step (or replica 0's inference) begins
+    std::pair<std::size_t, std::size_t> unit(const float* params, std::size_t floats) const {
+      const std::size_t at = static_cast<std::size_t>(params - self->weights_of(r, primary->data()));
+      return {at, at + floats};
+    }
+  };
+  static void hook_before(void* owner, const float* params, std::size_t floats) {
+    auto& h = *static_cast<hook_owner*>(owner);
+    const auto [from, to] = h.unit(params, floats);
+    h.self->gather(h.r, from, to, *h.primary);
+  }
+  static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
+    auto& h = *static_cast<hook_owner*>(owner);
+    const auto [from, to] = h.unit(params, floats);
+    h.self->free_weights(h.r, from, to, *h.primary);
+  }
+  static void hook_after_backward(void* owner, const float* params, std::size_t floats) {
+    auto& h = *static_cast<hook_owner*>(owner);
+    const auto [from, to] = h.unit(params, floats);
+    h.self->reduce_unit(h.r, from, to, *h.primary);
+    h.self->free_weights(h.r, from, to, *h.primary);
   }
 
   optimizers::shard_runner runner() {
@@ -606,8 +631,7 @@ class cpu_replicas {
           copy(Net::trainable_floats, Net::parameter_floats - Net::trainable_floats);
         }
       }
-      if (stale_ || whole_)
-        for (const auto& [at, n] : unowned_weights_[0]) primary.release(at * sizeof(float), n * sizeof(float));
+      if (stale_ || whole_) free_weights(0, 0, Net::trainable_floats, primary);
       whole_ = false;
       stale_ = false;
       return;
@@ -656,11 +680,10 @@ class cpu_replicas {
   int slots_ = 0;
   optimizers::update_arguments shard_arguments_[count];
   std::vector<float*> slot_pointers_;
-  // zero<3> (plan_gathers() says what each holds).
-  runs statistics_;
-  std::vector<runs> owned_weights_, unowned_weights_;
-  std::vector<std::vector<std::vector<owned_run>>> gathers_;
-  std::vector<std::vector<runs>> unowned_weights_of_layer_, unowned_gradients_of_layer_;
+  // zero<3>: where the statistics are ([at, at + n) floats), and each replica's hooks.
+  std::vector<std::pair<std::size_t, std::size_t>> statistics_;
+  std::array<hook_owner, count> hook_owners_{};
+  std::array<parameter_hooks, count> hooks_{};
   replica_barrier barrier_{count};
   bool whole_ = true;  // replica 0's weights: gathered whole (or not yet freed)
   bool tracking_ = false;

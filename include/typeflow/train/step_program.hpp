@@ -107,6 +107,8 @@ class step_program {
     if constexpr (I == tied_embedding_layer() && any_tied()) io.tied_gradient_written = true;
     io.context = &context;
     io.run = &run;
+    if constexpr (requires { layer::is_chain; })
+      if (layer::is_chain && Net::trained_floats[I] > 0) io.hooks = run.hooks;
     io.salt = I;
     return executor_at<I>(io);
   }
