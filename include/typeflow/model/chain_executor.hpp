@@ -93,7 +93,7 @@ class chain_executor {
 
   void forward() {
     if (io_.hooks) {  // zero<3>: each child's weights gathered for it
-      [this]<std::size_t... I>(std::index_sequence<I...>) { (hooked_forward<I>(), ...); }(std::make_index_sequence<n>{});
+      [this]<std::size_t... I>(std::index_sequence<I...>) { (hooked<I, false>(), ...); }(std::make_index_sequence<n>{});
       return;
     }
     std::apply([](auto&... c) { (c.forward(), ...); }, children_);
@@ -106,7 +106,7 @@ class chain_executor {
                  static_cast<std::size_t>(Batch) * out_sizes[n - 1] * sizeof(float));
     if (io_.hooks) {
       [this]<std::size_t... I>(std::index_sequence<I...>) {
-        (hooked_backward<n - 1 - I>(), ...);
+        (hooked<n - 1 - I, true>(), ...);
       }(std::make_index_sequence<n>{});
       return;
     }
@@ -126,21 +126,18 @@ class chain_executor {
     for (std::size_t i = 0; i < I; ++i) offset += child_param_floats[i];
     return offset;
   }();
-  template <std::size_t I>
-  void hooked_forward() {
+  // Child I's forward or backward between the hooks (when it has trained parameters).
+  template <std::size_t I, bool Backward>
+  void hooked() {
     const parameter_hooks& h = *io_.hooks;
     const float* params = io_.params + param_offset_of<I>;
-    if constexpr (child_param_floats[I] > 0) h.before(h.owner, params, child_param_floats[I]);
-    std::get<I>(children_).forward();
-    if constexpr (child_param_floats[I] > 0) h.after_forward(h.owner, params, child_param_floats[I]);
-  }
-  template <std::size_t I>
-  void hooked_backward() {
-    const parameter_hooks& h = *io_.hooks;
-    const float* params = io_.params + param_offset_of<I>;
-    if constexpr (child_param_floats[I] > 0) h.before(h.owner, params, child_param_floats[I]);
-    std::get<I>(children_).backward();
-    if constexpr (child_param_floats[I] > 0) h.after_backward(h.owner, params, child_param_floats[I]);
+    constexpr std::size_t floats = child_param_floats[I];
+    if constexpr (floats > 0) h.before(h.owner, params, floats);
+    if constexpr (Backward)
+      std::get<I>(children_).backward();
+    else
+      std::get<I>(children_).forward();
+    if constexpr (floats > 0) (Backward ? h.after_backward : h.after_forward)(h.owner, params, floats);
   }
 
   float* output(int slot) const {
