@@ -95,7 +95,8 @@ int main(int argc, char** argv) try {
   print_plan<sharded>("zero<3, mirrored<4>>");
 
   // 1. Unsharded, and with only the slots sharded, within the budget: refused before the first step.
-  if (!refused<tf::mirrored<4>>("mirrored<4>", dir, steps) || !refused<slots_sharded>("zero<2, mirrored<4>>", dir, steps))
+  if (!refused<tf::mirrored<4>>("mirrored<4>", dir, steps) ||
+      !refused<slots_sharded>("zero<2, mirrored<4>>", dir, steps))
     return 1;
 
   // 2. Everything sharded, within the same budget: trains.

@@ -75,7 +75,8 @@ void check_same_bits(const Optimizer& optimizer, int steps = 5) {
   CHECK(sharded.iterations() == mirrored.iterations());
   CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
   for (int r = 1; r < Sharded::replica_count; ++r) {
-    const std::span<const float> own = sharded.replica_parameter_region(r), reference = mirrored.replica_parameter_region(r);
+    const std::span<const float> own = sharded.replica_parameter_region(r);
+    const std::span<const float> reference = mirrored.replica_parameter_region(r);
     if constexpr (stage_of<Sharded> >= 3) {
       const auto bounds = tf::shard_bounds(Sharded::bound_network::trainable_floats, Sharded::replica_count);
       const std::size_t begin = bounds[static_cast<std::size_t>(r)], end = bounds[static_cast<std::size_t>(r) + 1];
@@ -248,7 +249,7 @@ TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per
   CHECK_THROWS_WITH_AS(refused.train_on_batch(batch_number(0)), doctest::Contains(needs.c_str()), std::invalid_argument);
 }
 
-TEST_CASE("checkpoints cross sharding and replica counts: zero<1, mirrored<2>> -> mirrored<2>, zero<2|3, mirrored<4>>") {
+TEST_CASE("checkpoints cross sharding and replica counts: zero<1, mirrored<2>> to mirrored<2>, zero<2|3, ...>") {
   tf_testing::temp_dir dir("typeflow_zero_test_checkpoint"), x("typeflow_zero_test_x"), y("typeflow_zero_test_y");
   const tf::optimizers::adam adam{.learning_rate = 0.01};
   model_under<zero_mirrored<1, 2>> writer{5};
@@ -353,14 +354,22 @@ using token_ids = tf::data::tensor_value<std::int32_t, tf::shape<tokens>>;
 tf::data::batch_of<8, token_ids, token_ids> token_batch(int index) {
   tf::data::batch_of<8, token_ids, token_ids> b;
   const tf::random_stream rng{17, static_cast<std::uint64_t>(index)};
-  for (std::size_t i = 0; i < b.features.size(); ++i) b.features[i] = static_cast<std::int32_t>(rng.uniform(i) * vocabulary);
+  for (std::size_t i = 0; i < b.features.size(); ++i)
+    b.features[i] = static_cast<std::int32_t>(rng.uniform(i) * vocabulary);
   for (std::size_t i = 0; i < b.labels.size(); ++i)
     b.labels[i] = static_cast<std::int32_t>(rng.uniform(i + 1000) * vocabulary);
   b.valid = 8;
   return b;
 }
 // batch_normalization's moving statistics: each replica's own, never gathered.
-using normalized_mlp = tf::sequential<tf::input<8>, tf::dense<16>, tf::batch_normalization<>, tf::relu, tf::dense<4, tf::float32>>;
+using normalized_mlp =
+    tf::sequential<tf::input<8>, tf::dense<16>, tf::batch_normalization<>, tf::relu, tf::dense<4, tf::float32>>;
+// Regularizers: their gradients added to each shard's owner, their penalty
+// summed from the owners' weights (a kernel of 32 KiB: pages that replica 0
+// gives back).
+using l1_l2 = tf::kernel_regularizer<tf::regularizers::l1_l2<0.01f, 0.1f>>;
+using regularized_mlp = tf::sequential<tf::input<64>, tf::dense<128, l1_l2>, tf::relu,
+                                       tf::dense<4, tf::float32, tf::bias_regularizer<tf::regularizers::l2<0.5f>>>>;
 
 // Twenty layers of 256 x 256: no layer is more than a twentieth of the model,
 // so that what zero<3> gathers for one is small beside the shards.
@@ -375,7 +384,8 @@ using deep_repeat = tf::sequential<tf::input<256>, tf::repeat<20, tf::dense<256>
 }  // namespace
 
 TEST_CASE("zero<3> with use_ema, a tied embedding and batch_norm's statistics: mirrored<N>'s bits") {
-  const tf::optimizers::adam ema{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f, .ema_overwrite_frequency = 3};
+  const tf::optimizers::adam ema{
+      .learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f, .ema_overwrite_frequency = 3};
   check_same_bits<model_under<zero_mirrored<3, 4>>, model_under<tf::mirrored<4>>>(ema);
   check_same_bits<model_under<zero_mirrored<3, 2>, normalized_mlp>, model_under<tf::mirrored<2>, normalized_mlp>>(
       tf::optimizers::adam{.learning_rate = 0.01});
@@ -389,6 +399,30 @@ TEST_CASE("zero<3> with use_ema, a tied embedding and batch_norm's statistics: m
     CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
     tf_testing::temp_dir a("typeflow_zero_test_tied_a"), b("typeflow_zero_test_tied_b");
     CHECK(same_tensors(sharded.save_checkpoint(a.path), mirrored.save_checkpoint(b.path)));
+    // generate reads replica 0's weights gathered whole; the next step frees them again.
+    const std::vector<std::int32_t> prompt{3, 1, 4};
+    CHECK(sharded.generate(prompt, 4, {.temperature = 0.f}) == mirrored.generate(prompt, 4, {.temperature = 0.f}));
+    model_under<zero_mirrored<3, 2>, tied_lm> untrained{5};  // before any step
+    model_under<tf::mirrored<2>, tied_lm> untrained_reference{5};
+    CHECK(untrained.generate(prompt, 4, {.temperature = 0.f}) ==
+          untrained_reference.generate(prompt, 4, {.temperature = 0.f}));
+    CHECK(sharded.train_on_batch(token_batch(9)) == mirrored.train_on_batch(token_batch(9)));
+    CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  }
+  {
+    model_under<zero_mirrored<3, 2>, regularized_mlp> sharded{6};
+    model_under<tf::mirrored<2>, regularized_mlp> mirrored{6};
+    sharded.compile(tf::optimizers::sgd{.learning_rate = 0.1}, logits_loss);
+    mirrored.compile(tf::optimizers::sgd{.learning_rate = 0.1}, logits_loss);
+    for (int step = 0; step < 3; ++step) {
+      const auto batch = tf_testing::numbered_batch<16, 64, 4>(step);
+      CHECK(sharded.train_on_batch(batch) == doctest::Approx(mirrored.train_on_batch(batch)).epsilon(1e-6));
+    }
+    const auto data = tf::data::from_tensor_slices<tf::shape<64>>(std::vector<float>(32 * 64, 0.5f),
+                                                                  std::vector<std::int32_t>(32, 1)) |
+                      tf::data::batch<16>;
+    CHECK(sharded.evaluate(data)["loss"] == doctest::Approx(mirrored.evaluate(data)["loss"]).epsilon(1e-6));
+    CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
   }
 }
 
@@ -444,7 +478,8 @@ TEST_CASE("zero<3, mirrored<4>>: each replica holds its shard and one layer's ga
   using plan = tf::rank_memory<net, zero_mirrored<3, 4>, 16>;
   using unsharded = tf::rank_memory<net, tf::mirrored<4>, 16>;
   // Weights, gradients and Adam's two slots: the plan's share, at most 30% of mirrored<4>'s.
-  constexpr std::size_t planned = plan::parameter_bytes + plan::gradient_bytes + 2 * plan::slot_bytes + plan::gathered_bytes;
+  constexpr std::size_t planned =
+      plan::parameter_bytes + plan::gradient_bytes + 2 * plan::slot_bytes + plan::gathered_bytes;
   constexpr std::size_t whole = unsharded::parameter_bytes + unsharded::gradient_bytes + 2 * unsharded::slot_bytes;
   static_assert(planned * 10 <= whole * 3);
   // One dense<256>'s kernel (rows padded) and bias, gathered, and its gradients.

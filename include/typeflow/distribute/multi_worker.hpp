@@ -433,9 +433,9 @@ struct multi_worker {
       if (bounds.back() > static_cast<std::size_t>(INT_MAX))
         throw std::length_error(std::string("multi_worker: ") + operation + " over " + std::to_string(bounds.back()) +
                                 " floats: MPI's counts and offsets are ints, at most " + std::to_string(INT_MAX));
-      for (int r = 0; r < workers; ++r) {
-        offsets.push_back(static_cast<int>(bounds[static_cast<std::size_t>(r)]));
-        counts.push_back(static_cast<int>(bounds[static_cast<std::size_t>(r) + 1] - bounds[static_cast<std::size_t>(r)]));
+      for (std::size_t r = 0; r < static_cast<std::size_t>(workers); ++r) {
+        offsets.push_back(static_cast<int>(bounds[r]));
+        counts.push_back(static_cast<int>(bounds[r + 1] - bounds[r]));
       }
     }
   };

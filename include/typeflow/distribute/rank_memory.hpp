@@ -65,7 +65,8 @@ struct rank_memory {
   // total, or under zero<3> what its replica holds of it (the arena keeps the
   // plan's layout, its freed pages holding no memory).
   static constexpr std::size_t bytes_before_slots = parameter_bytes + gradient_bytes + gathered_bytes + activation_bytes;
-  static_assert(gathers || bytes_before_slots == plan::total_bytes, "rank_memory: the regions add up to the memory plan's");
+  static_assert(gathers || bytes_before_slots == plan::total_bytes,
+                "rank_memory: the regions add up to the memory plan's");
   static constexpr std::size_t bytes(int slots) {
     return bytes_before_slots + static_cast<std::size_t>(slots) * slot_bytes;
   }
@@ -93,7 +94,8 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int
   const bool known = workers > 0;
   const std::size_t shard = memory::stage >= 1 && known ? shard_length(Net::trainable_floats, workers) * sizeof(float)
                                                         : memory::slot_bytes;
-  const std::string unknown = "one shard per worker, the trainable region's " + bytes(memory::gradient_bytes) + " / workers";
+  const std::string unknown =
+      "one shard per worker, the trainable region's " + bytes(memory::gradient_bytes) + " / workers";
   std::vector<std::pair<std::string, std::string>> rows{{"parameters", bytes(memory::parameter_bytes)}};
   std::string gradients = bytes(memory::gradient_bytes);
   if (memory::gathers) {
@@ -106,7 +108,8 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int
   if (slots >= 0 && (known || memory::stage == 0))
     slot_text += " (" + std::to_string(slots) + " slots: " + bytes(static_cast<std::size_t>(slots) * shard) + ")";
   rows.emplace_back("optimizer slots", slot_text);
-  if (memory::gathers) rows.emplace_back("gathered", bytes(memory::gathered_bytes) + " (one layer's weights and gradients)");
+  if (memory::gathers)
+    rows.emplace_back("gathered", bytes(memory::gathered_bytes) + " (one layer's weights and gradients)");
   rows.emplace_back("activations", Strategy::across_processes ? std::string("those of its batch")
                                                               : "those of its share of the batch, 1 / " +
                                                                     std::to_string(memory::replicas));
@@ -124,7 +127,8 @@ std::string rank_memory_text(int slots, int workers = Strategy::replicas) {
   else
     text += "one per worker";
   text += "):\n";
-  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots, workers)) text += "  " + what + ": " + value + "\n";
+  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots, workers))
+    text += "  " + what + ": " + value + "\n";
   return text;
 }
 

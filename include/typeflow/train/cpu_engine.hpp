@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -74,7 +75,8 @@ class engine<Net, Policy, Strategy, cpu> {
   using replicas_type = cpu_replicas<Net, Strategy>;
   // zero<k, multi_worker>: the shards are the workers'.
   static constexpr bool sharded_across_workers = sharded && Strategy::across_processes;
-  using worker_shards_type = std::conditional_t<sharded_across_workers, cpu_worker_shards<Net, Strategy>, std::monostate>;
+  using worker_shards_type =
+      std::conditional_t<sharded_across_workers, cpu_worker_shards<Net, Strategy>, std::monostate>;
   // zero<3, mirrored<N>>: the weights sharded too, each layer's gathered for it.
   static constexpr bool gathers = replicas_type::gathers;
 
@@ -120,7 +122,8 @@ class engine<Net, Policy, Strategy, cpu> {
   std::size_t peak_state_bytes(int r = 0) const {
     if constexpr (gathers) {
       if (r < 0 || r >= replica_count)
-        throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of " + std::to_string(replica_count));
+        throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of " +
+                                std::to_string(replica_count));
       return replicas_.peak_state_bytes(r);
     }
     return resident_state_bytes(r);
@@ -287,7 +290,7 @@ class engine<Net, Policy, Strategy, cpu> {
   void evaluate(const Data& data, std::span<callback* const> callbacks = {}) {
     constexpr int N = Data::element_type::size;
     inference_pass<N> pass{*this, program_for<N>()};
-    const double penalty = has_regularizers ? apply_regularizers<Net>(memory_.data(), false) : 0.0;
+    const double penalty = has_regularizers ? regularization_penalty() : 0.0;
     evaluation_loop<Net>(training_, data, pass, penalty, callbacks);
   }
 
@@ -436,7 +439,19 @@ class engine<Net, Policy, Strategy, cpu> {
   // evaluate sets its own program up again.
   step_program<typename Net::decoder, 1, cpu>& decoder_program() {
     constexpr int decoder_marker = -1;
-    return program_in<typename Net::decoder, 1>(decoder_marker);
+    // zero<3>: the decoder reads replica 0's weights whole (generate gathers
+    // them), so its combinators get no hooks.
+    const parameter_hooks* hooks = std::exchange(run_.hooks, nullptr);
+    auto& program = program_in<typename Net::decoder, 1>(decoder_marker);
+    run_.hooks = hooks;
+    return program;
+  }
+  // The regularizers' penalty on the weights (zero<3>: summed from the shards' owners).
+  double regularization_penalty() {
+    if constexpr (gathers)
+      return replicas_.regularization_penalty(memory_.data());
+    else
+      return apply_regularizers<Net>(memory_.data(), false);
   }
   template <class Program_net, int N>
   step_program<Program_net, N, cpu>& program_in(int marker) {
@@ -485,7 +500,7 @@ class engine<Net, Policy, Strategy, cpu> {
       else
         finite = precision::unscale_all_finite(grads, Net::trainable_floats, scale);
       if (!loss_scale_.after_step(finite)) {
-        if constexpr (has_regularizers) outcome.penalty = apply_regularizers<Net>(memory_.data(), false);
+        if constexpr (has_regularizers) outcome.penalty = regularization_penalty();
         return outcome;
       }
     }

@@ -166,7 +166,8 @@ class cpu_replicas {
     }
     if constexpr (gathers) {
       for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
-        if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats) statistics_.emplace_back(t.offset, t.size);
+        if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats)
+          statistics_.emplace_back(t.offset, t.size);
       std::sort(statistics_.begin(), statistics_.end());
       for (int r = 0; r < count; ++r) {
         hook_owners_[static_cast<std::size_t>(r)] = {this, r, nullptr};
@@ -344,6 +345,20 @@ class cpu_replicas {
     return total;
   }
 
+  // zero<3>: the regularizers' penalty, each shard's from its owner's weights
+  // (a tensor a boundary cuts is summed by pieces, as above).
+  double regularization_penalty(std::byte* primary) {
+    double total = 0;
+    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
+      const std::size_t first = offset / sizeof(float), last = first + floats;
+      for (int r = 0; r < count; ++r) {
+        const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
+        if (begin < end) total += Regularizer::penalty(weights_of(r, primary) + begin, end - begin);
+      }
+    });
+    return total;
+  }
+
   // zero<k>: the whole mean gradient (zero<2>: each shard from its owner)
   // and optimizer slot s, gathered into `into` (trainable floats), and slot s
   // scattered from `from` to the shards' owners.
@@ -501,7 +516,9 @@ class cpu_replicas {
   void free_weights(int r, std::size_t from, std::size_t to, arena& primary) {
     arena& memory = arena_of(r, primary);
     outside_shard(r, from, to, [&](std::size_t a, std::size_t b) {
-      without_statistics(a, b, [&](std::size_t at, std::size_t n) { memory.release(at * sizeof(float), n * sizeof(float)); });
+      without_statistics(a, b, [&](std::size_t at, std::size_t n) {
+        memory.release(at * sizeof(float), n * sizeof(float));
+      });
     });
   }
   // After every replica's backward of the unit [from, to): shard r's part of
@@ -621,6 +638,7 @@ class cpu_replicas {
 
   void synchronize(arena& primary) {
     if constexpr (gathers) {
+      for (hook_owner& owner : hook_owners_) owner.primary = &primary;
       if (stale_) {  // each replica's shard, every statistic and the frozen weights; the rest is gathered
         for (int r = 1; r < count; ++r) {
           float* to = weights_of(r, primary.data());
