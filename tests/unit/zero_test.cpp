@@ -386,7 +386,7 @@ using deep_repeat = tf::sequential<tf::input<256>, tf::repeat<20, tf::dense<256>
 
 }  // namespace
 
-TEST_CASE("zero<3> with use_ema, a tied embedding and batch_norm's statistics: mirrored<N>'s bits") {
+TEST_CASE("zero<3> with use_ema, batch_norm, a tied embedding, regularizers and mixed_bfloat16: mirrored<N>'s bits") {
   const tf::optimizers::adam ema{
       .learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f, .ema_overwrite_frequency = 3};
   check_same_bits<model_under<zero_mirrored<3, 4>>, model_under<tf::mirrored<4>>>(ema);
@@ -410,6 +410,18 @@ TEST_CASE("zero<3> with use_ema, a tied embedding and batch_norm's statistics: m
     CHECK(untrained.generate(prompt, 4, {.temperature = 0.f}) ==
           untrained_reference.generate(prompt, 4, {.temperature = 0.f}));
     CHECK(sharded.train_on_batch(token_batch(9)) == mirrored.train_on_batch(token_batch(9)));
+    CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
+  }
+  {  // mixed_bfloat16: with AVX512-BF16 each layer's bf16 copy of its weights is made from the gathered ones
+    model_under<zero_mirrored<3, 2>, regularized_mlp, tf::mixed_bfloat16> sharded{6};
+    model_under<tf::mirrored<2>, regularized_mlp, tf::mixed_bfloat16> mirrored{6};
+    sharded.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+    mirrored.compile(tf::optimizers::adam{.learning_rate = 0.01}, logits_loss);
+    for (int step = 0; step < 3; ++step) {
+      const auto batch = tf_testing::numbered_batch<16, 64, 4>(step);
+      sharded.train_on_batch(batch);
+      mirrored.train_on_batch(batch);
+    }
     CHECK(same_bits(sharded.parameter_region(), mirrored.parameter_region()));
   }
   {
