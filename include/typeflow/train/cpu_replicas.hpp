@@ -578,16 +578,21 @@ class cpu_replicas {
       return {at, at + floats};
     }
   };
-  // (zero<2> holds the weights whole: its hooks only reduce.)
+  // (zero<2> holds the weights whole: its hooks only reduce, in backward.
+  // Its forward, evaluate's and predict's too, calls these with no arena set.)
   static void hook_before(void* owner, const float* params, std::size_t floats) {
-    auto& h = *static_cast<hook_owner*>(owner);
-    const auto [from, to] = h.unit(params, floats);
-    if constexpr (gathers) h.self->gather(h.r, from, to, *h.primary);
+    if constexpr (gathers) {
+      auto& h = *static_cast<hook_owner*>(owner);
+      const auto [from, to] = h.unit(params, floats);
+      h.self->gather(h.r, from, to, *h.primary);
+    }
   }
   static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
-    auto& h = *static_cast<hook_owner*>(owner);
-    const auto [from, to] = h.unit(params, floats);
-    if constexpr (gathers) h.self->free_weights(h.r, from, to, *h.primary);
+    if constexpr (gathers) {
+      auto& h = *static_cast<hook_owner*>(owner);
+      const auto [from, to] = h.unit(params, floats);
+      h.self->free_weights(h.r, from, to, *h.primary);
+    }
   }
   static void hook_after_backward(void* owner, const float* params, std::size_t floats) {
     auto& h = *static_cast<hook_owner*>(owner);
