@@ -422,10 +422,18 @@ struct multi_worker {
   }
 
   // A shard cut's counts and offsets as MPI takes them (ints): one shard per
-  // worker, each offset within an int.
+  // worker, each offset within an int. Their buffers are kept from call to
+  // call (only the main thread communicates), so a step allocates nothing.
   struct shard_counts {
-    std::vector<int> counts, offsets;
+    std::vector<int>& counts = buffer(0);
+    std::vector<int>& offsets = buffer(1);
+    static std::vector<int>& buffer(int which) {
+      static std::vector<int> kept[2];
+      return kept[which];
+    }
     shard_counts(std::span<const std::size_t> bounds, int workers, const char* operation) {
+      counts.clear();
+      offsets.clear();
       if (bounds.size() != static_cast<std::size_t>(workers) + 1)
         throw std::invalid_argument(std::string("multi_worker: ") + operation + " is given " +
                                     std::to_string(bounds.size()) + " shard bounds for " + std::to_string(workers) +

@@ -332,32 +332,10 @@ class cpu_replicas {
     each(unscale);
     return std::none_of(bad, bad + count, [](int b) { return b != 0; });
   }
-  double apply_regularizers_to_shards(std::byte* primary) {
-    double total = 0;
-    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
-      const std::size_t first = offset / sizeof(float), last = first + floats;
-      for (int r = 0; r < count; ++r) {  // the shard's owner's weights (zero<3>'s only ones)
-        const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
-        if (begin < end)
-          total += Regularizer::apply(weights_of(r, primary) + begin, gradients_of(r, primary) + begin, end - begin);
-      }
-    });
-    return total;
-  }
-
-  // zero<3>: the regularizers' penalty, each shard's from its owner's weights
-  // (a tensor a boundary cuts is summed by pieces, as above).
-  double regularization_penalty(std::byte* primary) {
-    double total = 0;
-    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
-      const std::size_t first = offset / sizeof(float), last = first + floats;
-      for (int r = 0; r < count; ++r) {
-        const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
-        if (begin < end) total += Regularizer::penalty(weights_of(r, primary) + begin, end - begin);
-      }
-    });
-    return total;
-  }
+  double apply_regularizers_to_shards(std::byte* primary) { return regularize_shards(primary, true); }
+  // zero<3>: the regularizers' penalty alone (evaluate, a skipped step), from
+  // the owners' weights: replica 0's are freed outside its shard.
+  double regularization_penalty(std::byte* primary) { return regularize_shards(primary, false); }
 
   // zero<k>: the whole mean gradient (zero<2>: each shard from its owner)
   // and optimizer slot s, gathered into `into` (trainable floats), and slot s
@@ -482,6 +460,25 @@ class cpu_replicas {
     return r == 0 ? primary : secondaries_[static_cast<std::size_t>(r - 1)]->memory;
   }
 
+  // Each shard's part of every regularized tensor, from its owner's weights
+  // (zero<3>'s only ones), with its gradient added to the owner's shard when
+  // add_gradients: the penalty summed by pieces (a tensor a boundary cuts may
+  // differ from apply_regularizers' sum in its last bits).
+  double regularize_shards(std::byte* primary, bool add_gradients) {
+    double total = 0;
+    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
+      const std::size_t first = offset / sizeof(float), last = first + floats;
+      for (int r = 0; r < count; ++r) {
+        const std::size_t begin = std::max(first, shards::begin(r)), end = std::min(last, shards::end(r));
+        if (begin >= end) continue;
+        const float* weights = weights_of(r, primary) + begin;
+        total += add_gradients ? Regularizer::apply(weights, gradients_of(r, primary) + begin, end - begin)
+                               : Regularizer::penalty(weights, end - begin);
+      }
+    });
+    return total;
+  }
+
   // zero<3>'s units: [from, to) floats of the trainable region.
   // Calls f(at, n) for the runs of [from, to) outside the statistics.
   template <class F>
@@ -528,19 +525,7 @@ class cpu_replicas {
     if (from >= to) return;
     note_peak(r, arena_of(r, primary));
     barrier_.arrive_and_wait();  // every replica's gradient of the unit is written
-    const std::size_t a = std::max(from, shards::begin(r)), b = std::min(to, shards::end(r));
-    if (a < b) {
-      const float* sources[count];
-      for (int q = 0; q < count; ++q) sources[q] = gradients_of(q, primary.data());
-      float* const into = gradients_of(r, primary.data());
-      constexpr float mean = 1.f / count;
-      typeflow::parallel_for(static_cast<std::ptrdiff_t>(b - a), [&, a](std::ptrdiff_t k) {
-        const std::size_t i = a + static_cast<std::size_t>(k);
-        float total = sources[0][i];
-        for (int q = 1; q < count; ++q) total += sources[q][i];
-        into[i] = total * mean;
-      });
-    }
+    mean_into(r, std::max(from, shards::begin(r)), std::min(to, shards::end(r)), primary.data());
     barrier_.arrive_and_wait();  // and read
     arena& memory = arena_of(r, primary);
     outside_shard(r, from, to, [&](std::size_t x, std::size_t y) {
@@ -601,21 +586,23 @@ class cpu_replicas {
   // zero<2>: shard r's mean into replica r's gradients, summed in replica
   // order element by element as all_reduce_gradients sums.
   void reduce_scatter_gradients(std::byte* primary) {
-    float* from[count];
-    for (int r = 0; r < count; ++r) from[r] = gradients_of(r, primary);
-    auto reduce = [&](int r) {
-      const std::ptrdiff_t begin = static_cast<std::ptrdiff_t>(shards::begin(r));
-      float* const into = from[r];
-      const float* const* const sources = from;
-      constexpr float mean = 1.f / count;
-      typeflow::parallel_for(static_cast<std::ptrdiff_t>(shards::size(r)), [=](std::ptrdiff_t k) {
-        const std::ptrdiff_t i = begin + k;
-        float total = sources[0][i];
-        for (int q = 1; q < count; ++q) total += sources[q][i];
-        into[i] = total * mean;
-      });
-    };
+    auto reduce = [&](int r) { mean_into(r, shards::begin(r), shards::end(r), primary); };
     each(reduce);
+  }
+  // [from, to) of the replicas' mean gradient into replica r's, summed in
+  // replica order element by element (mirrored<N>'s order, so its bits).
+  void mean_into(int r, std::size_t from, std::size_t to, std::byte* primary) {
+    if (from >= to) return;
+    const float* sources[count];
+    for (int q = 0; q < count; ++q) sources[q] = gradients_of(q, primary);
+    float* const into = gradients_of(r, primary);
+    constexpr float mean = 1.f / count;
+    typeflow::parallel_for(static_cast<std::ptrdiff_t>(to - from), [&, from](std::ptrdiff_t k) {
+      const std::size_t i = from + static_cast<std::size_t>(k);
+      float total = sources[0][i];
+      for (int q = 1; q < count; ++q) total += sources[q][i];
+      into[i] = total * mean;
+    });
   }
 
   // zero<k>: each replica copies the other shards' trainable tensors
