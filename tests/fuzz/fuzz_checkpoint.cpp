@@ -1,6 +1,7 @@
 // Fuzz target: a checkpoint directory as model::load_checkpoint reads it,
 // io::read_checkpoint (include/typeflow/io/checkpoint.hpp) and then
-// read_checkpoint_manifest (include/typeflow/train/checkpointing.hpp).
+// read_checkpoint_manifest (include/typeflow/train/checkpointing.hpp), and
+// a sharded checkpoint's layout ("shards", io/checkpoint_shards.hpp).
 //
 // The input is two files (fuzz_support.hpp's split_two): manifest.json, then
 // state.safetensors, written into one checkpoint's directory. Every refusal
@@ -29,6 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::optional<io::checkpoint_read> read;
   if (!fz::refused_or_read(dir, [&] { read.emplace(io::read_checkpoint(dir.parent_path())); })) return 0;
   fz::require(read->path == dir, "read_checkpoint read " + read->path.string() + ", not the only checkpoint");
+  // A sharded one's slot files (none here: every layout that parsed is refused for the missing file).
+  if (read->shards &&
+      fz::refused_or_read(dir, [&] { io::checkpoint_shard_reader(read->path, *read->shards).need(0, read->shards->bounds.back()); }))
+    fz::require(read->shards->bounds.back() == 0, "a shard layout over floats was read without its files");
 
   typeflow::checkpoint_counters counters;
   if (!fz::refused_or_read(dir, [&] {

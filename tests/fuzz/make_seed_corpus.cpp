@@ -147,6 +147,14 @@ void checkpoint_seeds(const fs::path& out, const fs::path& scratch) {
   seeds.add(two_parts(typeflow::make_checkpoint_manifest({"other", "float32", "mirrored<2>", "cpu", 8}, counters).dump(),
                       state),
             true);
+  // A zero<k> model's: the slots in two shard files (absent here), the layout in "shards".
+  nlohmann::ordered_json sharded = typeflow::make_checkpoint_manifest(id, counters);
+  io::checkpoint_shard_layout layout{{0, 16, 16}, {}};
+  for (int i = 0; i < 2; ++i)
+    layout.files.push_back({io::checkpoint_shard_name(i, 2), {{"optimizer.slot.0", "00000000"}, {"optimizer.slot.1", "00000000"}}});
+  sharded["shards"] = io::shard_layout_json(layout);
+  const std::string weights_only = safetensors_bytes(scratch, std::span(tensors, 1), {{"format", "typeflow-checkpoint"}});
+  seeds.add(two_parts(sharded.dump(2) + "\n", weights_only), true);
 }
 
 void idx_seeds(const fs::path& out) {

@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -228,8 +229,8 @@ std::filesystem::path own_path(const std::string& stem) { return stem + "_" + st
 double largest_relative_gap(const std::filesystem::path& a, const std::filesystem::path& b) {
   const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
   double worst = 0;
-  for (const auto& t : x.tensors.tensors()) {
-    const auto p = tf::checkpoint_floats(x.tensors, t.name), q = tf::checkpoint_floats(y.tensors, t.name);
+  for (const auto& name : tf::checkpoint_tensor_names(x)) {
+    const auto p = tf::checkpoint_floats(x, name), q = tf::checkpoint_floats(y, name);
     if (p.size() != q.size()) return INFINITY;
     for (std::size_t i = 0; i < p.size(); ++i)
       worst = std::max(worst, std::fabs(double{p[i]} - q[i]) / std::max(std::fabs(double{p[i]}), 1e-3));
@@ -342,25 +343,86 @@ void zero_checks() {
   check(resumed.iterations() == whole.iterations() &&
             std::ranges::equal(resumed.parameter_region(), whole.parameter_region()),
         "zero<2, multi_worker> continued from a checkpoint ends with the uninterrupted job's weights, bit for bit");
+  const auto written = tf::io::list_checkpoints(ckpt).back();
+  const std::filesystem::path four = job_path("zero_test_four");
   if (rank == 0) {
-    // The same state in one process, whole and in two in-process shards.
+    // Each worker wrote its shard of the slots, and nothing staged is left.
+    const auto read = tf::io::read_checkpoint(written);
+    bool staged_left = false;
+    for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+      staged_left = staged_left || entry.path().filename().string().find(".part.") != std::string::npos;
+    check(read.shards && read.shards->count() == workers && !read.tensors.find("optimizer.slot.0") && !staged_left,
+          "zero<2, multi_worker>'s checkpoint holds one slot file per worker (" + std::to_string(workers) +
+              "), the slots nowhere else, and no staged file is left");
+    // The same state in one process, whole and in two and four in-process shards.
     tf::model<net> single{0};
     tf::model<net, tf::float32, tf::zero<1, tf::mirrored<2>>> in_process{0};
+    tf::model<net, tf::float32, tf::zero<2, tf::mirrored<4>>> in_four{0};
     compile(single, adam);
     compile(in_process, adam);
+    compile(in_four, adam);
     single.load_checkpoint(ckpt);
     in_process.load_checkpoint(ckpt);
+    in_four.load_checkpoint(ckpt);
     const std::filesystem::path x = own_path("zero_test_x"), y = own_path("zero_test_y");
-    const auto written = tf::io::list_checkpoints(ckpt).back();
     check(tf::testing::same_tensors(single.save_checkpoint(x), written) &&
-              tf::testing::same_tensors(in_process.save_checkpoint(y), written),
-          "zero<2, multi_worker>'s checkpoint loads into one process and into zero<1, mirrored<2>>: the same "
-          "weights and slots, bit for bit");
+              tf::testing::same_tensors(in_process.save_checkpoint(y), written) &&
+              tf::testing::same_tensors(in_four.save_checkpoint(four), written),
+          "zero<2, multi_worker>'s checkpoint loads into one process and into zero<1, mirrored<2>> and zero<2, "
+          "mirrored<4>>: the same weights and slots, bit for bit");
     std::filesystem::remove_all(x);
     std::filesystem::remove_all(y);
   }
   model.strategy().inner.barrier();
-  if (rank == 0) std::filesystem::remove_all(ckpt);
+  // Four in-process shards into this job's workers, each reading the files
+  // of its own shard, and written again by them.
+  {
+    zero2 from_four{5};
+    compile(from_four, adam);
+    from_four.load_checkpoint(four);
+    const std::filesystem::path again = job_path("zero_test_again");
+    from_four.save_checkpoint(again);
+    model.strategy().inner.barrier();
+    if (rank == 0)
+      check(tf::testing::same_tensors(tf::io::list_checkpoints(again).back(), written),
+            "zero<2, mirrored<4>>'s checkpoint loads into zero<2, multi_worker> and is written again by its workers "
+            "bit for bit");
+    model.strategy().inner.barrier();
+    if (rank == 0) std::filesystem::remove_all(again);
+  }
+  // A corrupt shard file that only the last worker reads stops the load on
+  // every worker, before any changes.
+  if (rank == 0) {
+    std::fstream f(tf::io::list_checkpoints(four).back() / tf::io::checkpoint_shard_name(3, 4),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x10));
+  }
+  model.strategy().inner.barrier();
+  {
+    zero2 victim{5};
+    compile(victim, adam);
+    victim.train_on_batch(tf::testing::numbered_batch<PerWorker, 12, 4>(rank));
+    const std::vector<float> before(victim.parameter_region().begin(), victim.parameter_region().end());
+    std::string refusal;
+    try {
+      victim.load_checkpoint(four);
+    } catch (const std::runtime_error& e) {
+      refusal = e.what();
+    }
+    const std::string expected = rank == workers - 1 ? "is corrupt" : "another worker failed";
+    check(refusal.find(expected) != std::string::npos && victim.iterations() == 1 &&
+              std::ranges::equal(victim.parameter_region(), before),
+          "a shard file corrupt for the last worker alone stops load_checkpoint on every worker, changing nothing: \"" +
+              refusal.substr(0, 100) + "\"");
+  }
+  model.strategy().inner.barrier();
+  if (rank == 0) {
+    std::filesystem::remove_all(ckpt);
+    std::filesystem::remove_all(four);
+  }
 }
 
 // Rank 1 fails at the end of its third step; rank 0 trains on.

@@ -49,13 +49,15 @@ inline bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
-// Every tensor of two checkpoints (weights and each optimizer slot), byte for byte.
+// Every tensor of two checkpoints (weights and each optimizer slot, whole
+// whether one file holds it or a zero<k> model's shard files), byte for byte.
 inline bool same_tensors(const std::filesystem::path& a, const std::filesystem::path& b) {
   const auto x = io::read_checkpoint(a), y = io::read_checkpoint(b);
-  if (x.tensors.tensors().size() != y.tensors.tensors().size()) return false;
-  for (const auto& t : x.tensors.tensors()) {
-    const auto p = x.tensors.data(t.name), q = y.tensors.data(t.name);
-    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size()) != 0) return false;
+  const auto names = checkpoint_tensor_names(x);
+  if (names.size() != checkpoint_tensor_names(y).size()) return false;
+  for (const auto& name : names) {
+    const auto p = checkpoint_floats(x, name), q = checkpoint_floats(y, name);
+    if (p.size() != q.size() || std::memcmp(p.data(), q.data(), p.size() * sizeof(float)) != 0) return false;
   }
   return true;
 }

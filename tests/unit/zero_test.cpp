@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,8 @@ void train(Model& model, const Optimizer& optimizer, int steps = 5) {
 double largest_relative_gap(const fs::path& a, const fs::path& b) {
   const auto x = tf::io::read_checkpoint(a), y = tf::io::read_checkpoint(b);
   double worst = 0;
-  for (const auto& t : x.tensors.tensors()) {
-    const auto p = tf::checkpoint_floats(x.tensors, t.name), q = tf::checkpoint_floats(y.tensors, t.name);
+  for (const auto& name : tf::checkpoint_tensor_names(x)) {
+    const auto p = tf::checkpoint_floats(x, name), q = tf::checkpoint_floats(y, name);
     for (std::size_t i = 0; i < p.size(); ++i)
       worst = std::max(worst, std::fabs(double{p[i]} - q[i]) / std::max(std::fabs(double{p[i]}), 1e-3));
   }
@@ -289,6 +290,96 @@ TEST_CASE("checkpoints cross sharding and replica counts: zero<1, mirrored<2>> t
   CHECK_THROWS_WITH_AS(plain.load_checkpoint(x.path),
                        doctest::Contains("another strategy: mirrored<2>; this model's is mirrored<4>"),
                        std::runtime_error);
+}
+
+// Loads the checkpoint in `from` into a model under each strategy, and
+// checks that each holds its tensors bit for bit (written again, whole).
+template <class... Strategies>
+void check_loads_into(const fs::path& from, const tf::optimizers::adam& adam, const char* writer) {
+  const auto written = tf::io::list_checkpoints(from).back();
+  const auto one = [&]<class Strategy>() {
+    model_under<Strategy> loader{55};
+    loader.compile(adam, logits_loss);
+    loader.load_checkpoint(from);
+    tf_testing::temp_dir again("typeflow_zero_test_again");
+    INFO(writer, " -> ", Strategy::name());
+    CHECK(same_tensors(loader.save_checkpoint(again.path), written));
+    CHECK(loader.iterations() == 3);
+  };
+  (one.template operator()<Strategies>(), ...);
+}
+
+TEST_CASE("sharded checkpoints: a file per replica's shard, read N -> M for N, M in {1, 2, 4}, bad files refused") {
+  const tf::optimizers::adam adam{.learning_rate = 0.01};
+  tf_testing::temp_dir one("typeflow_zero_test_n1"), two("typeflow_zero_test_n2"), four("typeflow_zero_test_n4");
+  model_under<tf::single_device> single{5};
+  model_under<zero_mirrored<2, 2>> halves{5};
+  model_under<zero_mirrored<3, 4>> quarters{5};
+  train(single, adam, 3);
+  train(halves, adam, 3);
+  train(quarters, adam, 3);
+  single.save_checkpoint(one.path);
+  halves.save_checkpoint(two.path);
+  const fs::path written = quarters.save_checkpoint(four.path);
+
+  // zero<3, mirrored<4>>: the weights in state.safetensors, each replica's
+  // shard of Adam's two slots in its own file (416 trainable floats cut at
+  // 16-float lines: 112, 112, 112, 80).
+  const auto read = tf::io::read_checkpoint(written);
+  REQUIRE(read.shards);
+  CHECK(read.tensors.find("parameters"));
+  CHECK_FALSE(read.tensors.find("optimizer.slot.0"));
+  CHECK(read.shards->bounds == std::vector<std::uint64_t>{0, 112, 224, 336, 416});
+  for (int i = 0; i < 4; ++i) {
+    const auto file = tf::io::safetensors_file::read(written / tf::io::checkpoint_shard_name(i, 4));
+    CHECK(file.tensors().size() == 2);
+    CHECK(file.find("optimizer.slot.1")->shape == std::vector<std::int64_t>{i == 3 ? 80 : 112});
+    CHECK(file.metadata().at("shard") == std::to_string(i));
+  }
+  CHECK(tf::io::checkpoint_shard_name(1, 4) == "slots-00002-of-00004.safetensors");
+
+  // N -> M: one (single_device), two and four shards into one, two and four
+  // replicas, sharded at every stage and not.
+  check_loads_into<tf::single_device, zero_mirrored<1, 2>, zero_mirrored<3, 2>, zero_mirrored<2, 4>>(
+      one.path, adam, "single_device");
+  check_loads_into<tf::single_device, tf::mirrored<2>, zero_mirrored<1, 2>, zero_mirrored<2, 4>, tf::mirrored<4>>(
+      two.path, adam, "zero<2, mirrored<2>>");
+  check_loads_into<tf::single_device, zero_mirrored<2, 2>, tf::mirrored<4>, zero_mirrored<1, 4>, zero_mirrored<3, 4>>(
+      four.path, adam, "zero<3, mirrored<4>>");
+
+  // The same N continues bit for bit.
+  model_under<zero_mirrored<3, 4>> resumed{77};
+  resumed.compile(adam, logits_loss);
+  resumed.load_checkpoint(four.path);
+  for (int step = 3; step < 6; ++step)
+    CHECK(resumed.train_on_batch(batch_number(step)) == quarters.train_on_batch(batch_number(step)));
+  CHECK(same_bits(resumed.parameter_region(), quarters.parameter_region()));
+
+  // A shard file corrupt, in another file's place or missing: refused,
+  // naming the file, before the loading model changes.
+  model_under<zero_mirrored<2, 4>> victim{9};
+  train(victim, adam, 1);
+  const std::vector<float> before(victim.parameter_region().begin(), victim.parameter_region().end());
+  const fs::path second = written / tf::io::checkpoint_shard_name(1, 4), third = written / tf::io::checkpoint_shard_name(2, 4);
+  const auto refused = [&](const std::string& because) {
+    CHECK_THROWS_WITH_AS(victim.load_checkpoint(written), doctest::Contains(because.c_str()), std::runtime_error);
+    CHECK(victim.iterations() == 1);
+    CHECK(same_bits(victim.parameter_region(), before));
+  };
+  {
+    std::fstream f(third, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x10));
+  }
+  refused("\"" + third.string() + "\" is corrupt: the data of \"optimizer.slot.1\" gives CRC-32C");
+  fs::rename(third, written / "aside");
+  fs::copy_file(second, third);
+  refused("\"" + third.string() + "\" holds shard 1 of 4, floats [112, 224); manifest.json places it as shard 2 of 4, "
+          "[224, 336)");
+  fs::remove(third);
+  refused("\"" + third.string() + "\" is missing: manifest.json lists it as shard 2 of 4 of the optimizer's slots");
 }
 
 TEST_CASE("fit under zero<2, mirrored<2>> gives mirrored<2>'s history and weights") {

@@ -4,6 +4,9 @@
 //   <dir>/ckpt-000000001200/manifest.json       the rest: format version, what model it
 //                                               is for, counters, the loss-scale state,
 //                                               and each tensor's CRC-32C
+//   <dir>/ckpt-000000001200/slots-00001-of-00004.safetensors
+//                                               a zero<k> model's optimizer slots, a file
+//                                               per shard (io/checkpoint_shards.hpp)
 //
 // The number is the update count (the model's iterations) when it was
 // written. A checkpoint is complete when both files are there; it only ever
@@ -51,6 +54,7 @@
 #include <nlohmann/json.hpp>
 
 #include "typeflow/core/excerpt.hpp"
+#include "typeflow/io/checkpoint_shards.hpp"
 #include "typeflow/io/crc32c.hpp"
 #include "typeflow/io/durable_files.hpp"
 #include "typeflow/io/safetensors.hpp"
@@ -59,8 +63,9 @@
 namespace typeflow::io {
 
 // 2: "fit" and the optimizer's "learning_rate" (train/checkpointing.hpp);
-// 3: "checksums", each tensor's CRC-32C. Versions 1 and 2 are read too.
-inline constexpr int checkpoint_format_version = 3;
+// 3: "checksums", each tensor's CRC-32C; 4: "shards", a zero<k> model's
+// slots in a file per shard. Versions 1 to 3 are read too.
+inline constexpr int checkpoint_format_version = 4;
 inline constexpr int oldest_checkpoint_format_version = 1;
 
 namespace detail {
@@ -145,9 +150,19 @@ inline void retire_checkpoint(const std::filesystem::path& checkpoint) {
 // writer moved aside to replace it when nothing took its place, and retires
 // a ckpt-<n> that holds only some of a checkpoint's two files (what an
 // earlier typeflow's removal, which deleted the state before the manifest,
-// could leave). A directory with anything else in it is not ours to touch.
-inline void tidy_checkpoints(const std::filesystem::path& dir) {
+// could leave), and removes the shards that workers staged for a save that
+// did not finish (except checkpoint `staging`'s, being saved now). A
+// directory with anything else in it is not ours to touch.
+inline void tidy_checkpoints(const std::filesystem::path& dir, std::optional<std::int64_t> staging = std::nullopt) {
   std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto number = hidden_number(name);
+    if (number && number != staging && name.find(".part.", 6) != std::string::npos) {
+      std::error_code ignored;
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const std::size_t at = hidden_pid_at(name, "old");
@@ -170,7 +185,8 @@ inline void tidy_checkpoints(const std::filesystem::path& dir) {
     std::error_code inner;
     for (const auto& file : std::filesystem::directory_iterator(entry.path(), inner)) {
       const auto f = file.path().filename();
-      only_ours = only_ours && (f == "manifest.json" || f == "state.safetensors");
+      only_ours = only_ours && (f == "manifest.json" || f == "state.safetensors" ||
+                                f.string().rfind("slots-", 0) == 0);
     }
     if (only_ours && !inner) retire_checkpoint(entry.path());
   }
@@ -267,22 +283,20 @@ inline std::optional<std::filesystem::path> latest_checkpoint(const std::filesys
   return all.back();
 }
 
-// Writes a checkpoint numbered `number` into dir (created if absent) and
-// keeps the newest `keep` (at least 1), never removing the one just
-// written. The manifest gains "checksums", each tensor's CRC-32C. Throws
-// std::runtime_error naming the path and the failing step, or, before
-// writing anything, when dir holds a checkpoint numbered above `number`;
-// whatever was in dir before stays loadable.
-TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem::path& dir, std::int64_t number,
-                                                          std::span<const tensor_to_write> tensors,
-                                                          const nlohmann::ordered_json& manifest, int keep = 3)
+// Makes dir ready for checkpoint `number`: creates it, tidies it (what dead
+// writers left), and refuses, before anything is written, a dir that holds a
+// newer checkpoint. write_checkpoint does this first; across processes the
+// chief does it before the workers stage their shards (they stage after it:
+// its tidying removes staged shards of other numbers).
+TYPEFLOW_IO_INLINE void prepare_checkpoint_dir(const std::filesystem::path& dir, std::int64_t number, int keep,
+                                               std::optional<std::int64_t> staging = std::nullopt)
 #if TYPEFLOW_IO_DEFINITIONS
 {
   if (keep < 1) throw std::invalid_argument("save_checkpoint: keep must be at least 1; got " + std::to_string(keep));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot write checkpoint: cannot create \"" + dir.string() + "\": " + ec.message());
-  detail::tidy_checkpoints(dir);
+  detail::tidy_checkpoints(dir, staging);
   const std::string name = detail::checkpoint_name(number);
   if (const auto newest = latest_checkpoint(dir)) {
     if (detail::number_of(*newest).value_or(0) > number)
@@ -292,6 +306,29 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
                                std::to_string(keep) + " would remove this one at once. Write into another "
                                "directory, or remove the newer checkpoints first");
   }
+}
+#else
+;
+#endif
+
+// Writes a checkpoint numbered `number` into dir (created if absent) and
+// keeps the newest `keep` (at least 1), never removing the one just
+// written. The manifest gains "checksums", each tensor's CRC-32C, and with
+// `shards` (a zero<k> model's slots) "shards", the layout of the shard files
+// written here or moved in from where their workers staged them. Throws
+// std::runtime_error naming the path and the failing step, or, before
+// writing anything, when dir holds a checkpoint numbered above `number`;
+// whatever was in dir before stays loadable.
+TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem::path& dir, std::int64_t number,
+                                                          std::span<const tensor_to_write> tensors,
+                                                          const nlohmann::ordered_json& manifest, int keep = 3,
+                                                          const checkpoint_shards_to_write* shards = nullptr)
+#if TYPEFLOW_IO_DEFINITIONS
+{
+  const bool staged = shards && shards->others_staged;
+  prepare_checkpoint_dir(dir, number, keep, staged ? std::optional(number) : std::nullopt);
+  std::error_code ec;
+  const std::string name = detail::checkpoint_name(number);
 
   nlohmann::ordered_json with_checksums = manifest;
   nlohmann::ordered_json checksums = nlohmann::ordered_json::object();
@@ -313,6 +350,30 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
                              (ec ? ec.message() : std::string("it exists")));
 
   write_safetensors(temp / "state.safetensors", tensors, {{"format", "typeflow-checkpoint"}});
+  if (shards) {
+    checkpoint_shard_layout layout{shards->bounds, {}};
+    const int count = static_cast<int>(shards->bounds.size()) - 1;
+    for (int i = 0; i < count; ++i) {
+      const auto here = std::find_if(shards->here.begin(), shards->here.end(),
+                                     [&](const checkpoint_shard& s) { return s.index == i; });
+      const std::string file = checkpoint_shard_name(i, count);
+      if (here != shards->here.end()) {
+        layout.files.push_back(write_checkpoint_shard(temp / file, *here, count));
+        continue;
+      }
+      if (!staged)
+        throw std::logic_error("write_checkpoint: shard " + std::to_string(i) + " of " + std::to_string(count) +
+                               " is neither written here nor staged");
+      const std::filesystem::path from = staged_shard_path(dir, name, i, count);
+      layout.files.push_back(read_staged_shard(from, i, count, shards->bounds[static_cast<std::size_t>(i)],
+                                               shards->bounds[static_cast<std::size_t>(i) + 1]));
+      std::filesystem::rename(from, temp / file, ec);
+      if (ec)
+        throw std::runtime_error("cannot write checkpoint: moving the staged shard \"" + from.string() + "\" into \"" +
+                                 temp.string() + "\" failed: " + ec.message());
+    }
+    with_checksums["shards"] = shard_layout_json(layout);
+  }
   {
     const std::string text = with_checksums.dump(2) + "\n";
     const std::filesystem::path path = temp / "manifest.json";
@@ -367,6 +428,7 @@ struct checkpoint_read {
   std::filesystem::path path;  // the checkpoint's directory
   nlohmann::json manifest;
   safetensors_file tensors;
+  std::optional<checkpoint_shard_layout> shards;  // a zero<k> model's slots (read with checkpoint_shard_reader)
 };
 
 namespace detail {
@@ -421,7 +483,10 @@ TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint_at(const std::filesystem::pat
         throw std::runtime_error("load_checkpoint: " + file + " lacks \"" + excerpt(name) +
                                  "\", which manifest.json records a checksum for");
   }
-  return {where, std::move(manifest), std::move(tensors)};
+  std::optional<checkpoint_shard_layout> shards;
+  if (const auto layout = manifest.find("shards"); layout != manifest.end())
+    shards = parse_shard_layout(*layout, manifest_path);
+  return {where, std::move(manifest), std::move(tensors), std::move(shards)};
 }
 #else
 ;

@@ -4,9 +4,8 @@
 //   "model":     network type, policy, strategy, device, the parameter
 //                region's floats: a checkpoint from another model, policy or
 //                strategy is refused, naming what differs (except that a
-//                zero<k> model's tensors are unsharded too, so a checkpoint
-//                of or for one may cross strategies and replica counts:
-//                strategies_interchangeable);
+//                checkpoint of or for a zero<k> model may cross strategies
+//                and replica counts: strategies_interchangeable);
 //   "optimizer": its name, slot count, the update count (iterations, which
 //                the schedules and Adam's bias correction read) and
 //                accumulate<K>'s micro-batches since its last update;
@@ -22,8 +21,11 @@
 // was swapped into the weights (its slot then holds the raw weights). The tensors (io/checkpoint.hpp writes both)
 // are "parameters" and "optimizer.slot.<s>", each the whole padded region, so
 // that loading restores the arena's bytes exactly, and the callbacks' float
-// arrays as "callbacks.<key>.<name>". Format version 2 added "fit" and
-// "learning_rate"; version 1 checkpoints are read as having neither.
+// arrays as "callbacks.<key>.<name>". A zero<k> model writes its slots as
+// shards instead, each rank its own file (io/checkpoint_shards.hpp), and any
+// model reads either: checkpoint_slots gives a loader the floats it holds.
+// Format version 2 added "fit" and "learning_rate"; version 1 checkpoints
+// are read as having neither.
 #pragma once
 
 #include <cstddef>
@@ -84,9 +86,9 @@ std::string strategy_name() {
 }
 
 // Whether a checkpoint written under strategy `written` may load into a
-// model under `loading`: the same strategy, or either a zero<k>: its
-// checkpoint holds every tensor whole (slots gathered from the shards), as
-// any strategy's does, so zero<1, mirrored<2>>'s loads into mirrored<2>,
+// model under `loading`: the same strategy, or either a zero<k>: any model
+// reads the slots whole or sharded (checkpoint_slots), whatever cut wrote
+// them, so zero<1, mirrored<2>>'s loads into mirrored<2>,
 // zero<2, mirrored<4>> or single_device, and theirs into it (N -> M). A run
 // continued at another replica count splits its batches and draws its
 // replicas' dropout streams otherwise, so it does not repeat the bits of
@@ -298,17 +300,80 @@ std::vector<io::tensor_to_write> checkpoint_tensors(std::span<const float> regio
   return tensors;
 }
 
+// "optimizer.slot.<s>".
+inline std::string slot_tensor_name(int s) { return "optimizer.slot." + std::to_string(s); }
+
 // load_checkpoint's check of state.safetensors: every tensor
 // checkpoint_tensors writes, of its size (the callbacks' as the file holds
-// them: read_checkpoint_manifest checked their dtype), and nothing else.
+// them: read_checkpoint_manifest checked their dtype), and nothing else;
+// where the slots are sharded, a cut of the trainable region whose every
+// file holds each slot (checkpoint_slots::need checks the files' data).
 template <class Net>
-void check_checkpoint_tensors(const io::safetensors_file& tensors, int slots) {
+void check_checkpoint_tensors(const io::checkpoint_read& read, int slots) {
   std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
-  for (int s = 0; s < slots; ++s)
-    expected.push_back({"optimizer.slot." + std::to_string(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
-  for (const auto& t : tensors.tensors())
+  if (!read.shards)
+    for (int s = 0; s < slots; ++s)
+      expected.push_back({slot_tensor_name(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
+  for (const auto& t : read.tensors.tensors())
     if (t.name.rfind("callbacks.", 0) == 0) expected.push_back(t);
-  io::check_tensors_match(tensors, expected);
+  io::check_tensors_match(read.tensors, expected);
+  if (!read.shards) return;
+  const auto fail = [&](const std::string& what) {
+    return std::runtime_error("load_checkpoint: \"" + read.path.string() + "\" " + what);
+  };
+  if (read.shards->bounds.back() != Net::trainable_floats)
+    throw fail("shards optimizer slots of " + std::to_string(read.shards->bounds.back()) +
+               " floats; this model's trainable region holds " + std::to_string(Net::trainable_floats));
+  for (const auto& file : read.shards->files) {
+    bool each_slot = file.checksums.size() == static_cast<std::size_t>(slots);
+    for (int s = 0; s < slots; ++s) each_slot = each_slot && file.checksums.contains(slot_tensor_name(s));
+    if (!each_slot)
+      throw fail("lists " + std::to_string(file.checksums.size()) + " tensors in \"" + file.name +
+                 "\" where this optimizer has " + std::to_string(slots) + " slots (optimizer.slot.0 to " +
+                 std::to_string(slots - 1) + ")");
+  }
+}
+
+// A checkpoint's optimizer slots, whole in state.safetensors or sharded in
+// files: need(begin, end) reads and checks whatever holds the trainable
+// floats [begin, end) (under zero<k> a rank reads only the files of its
+// shards), then copy(s, begin, end, into) cannot fail.
+class checkpoint_slots {
+ public:
+  explicit checkpoint_slots(const io::checkpoint_read& read) : read_(&read) {
+    if (read.shards) shards_.emplace(read.path, *read.shards);
+  }
+  void need(std::size_t begin, std::size_t end) {
+    if (shards_) shards_->need(begin, end);
+  }
+  void copy(int s, std::size_t begin, std::size_t end, float* into) const {
+    if (shards_) return shards_->copy(slot_tensor_name(s), begin, end, into);
+    const auto bytes = read_->tensors.data(slot_tensor_name(s));
+    std::memcpy(into, bytes.data() + begin * sizeof(float), (end - begin) * sizeof(float));
+  }
+
+ private:
+  const io::checkpoint_read* read_;
+  std::optional<io::checkpoint_shard_reader> shards_;
+};
+
+// A checkpoint's tensors by name, the sharded slots whole: "parameters",
+// "optimizer.slot.<s>" and the callbacks' (for tools and tests that compare
+// two checkpoints, whichever strategy wrote them).
+inline std::vector<std::string> checkpoint_tensor_names(const io::checkpoint_read& read) {
+  std::vector<std::string> names;
+  for (const auto& t : read.tensors.tensors()) names.push_back(t.name);
+  if (read.shards)
+    for (const auto& [name, crc] : read.shards->files.front().checksums) names.push_back(name);
+  return names;
+}
+inline std::vector<float> checkpoint_floats(const io::checkpoint_read& read, const std::string& name) {
+  if (read.tensors.find(name) || !read.shards) return checkpoint_floats(read.tensors, name);
+  io::checkpoint_shard_reader shards(read.path, *read.shards);
+  std::vector<float> values(shards.floats());
+  shards.need(0, values.size());
+  shards.copy(name, 0, values.size(), values.data());
+  return values;
 }
 
 // What the model's optimizer must be able to take of a checkpoint: fewer

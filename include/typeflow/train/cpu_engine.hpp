@@ -379,6 +379,33 @@ class engine<Net, Policy, Strategy, cpu> {
     }
     return slot_region(s);
   }
+  // zero<k, multi_worker>: `work` here, and whether it succeeded on every
+  // worker (cpu_worker_shards::all_or_none).
+  template <class Work>
+  void all_or_none(const std::string& step, Work&& work) const
+    requires sharded_across_workers
+  {
+    worker_shards_.all_or_none(step, std::forward<Work>(work));
+  }
+  // zero<k>: the cut of the trainable region into shards (count + 1
+  // bounds), the shards this process holds (every replica's under
+  // mirrored<N>, its own across workers) and shard i's part of slot s: what
+  // a sharded checkpoint writes and loads, rank by rank.
+  std::vector<std::size_t> shard_cut() const
+    requires sharded
+  {
+    return shard_owners().shard_cut();
+  }
+  std::vector<int> held_shards() const
+    requires sharded
+  {
+    return shard_owners().held_shards();
+  }
+  std::span<float> slot_shard(int i, int s)
+    requires sharded
+  {
+    return shard_owners().slot_shard_floats(i, s, memory_.data());
+  }
   void set_slot_values(int s, std::span<const float> values) {
     if (values.size() != Net::trainable_floats)
       throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) + " floats for a slot of " +

@@ -356,6 +356,17 @@ class cpu_replicas {
     for (int r = 0; r < count; ++r)
       std::memcpy(slot_shard(r, s, primary), from + shards::begin(r), shards::size(r) * sizeof(float));
   }
+  // zero<k>'s checkpoint shards: the cut (count + 1 bounds), the shards
+  // this process holds (every replica's) and shard r's part of slot s.
+  static std::vector<std::size_t> shard_cut() { return shard_bounds(Net::trainable_floats, count); }
+  static std::vector<int> held_shards() {
+    std::vector<int> held(count);
+    for (int r = 0; r < count; ++r) held[static_cast<std::size_t>(r)] = r;
+    return held;
+  }
+  std::span<float> slot_shard_floats(int r, int s, std::byte* primary) {
+    return {slot_shard(r, s, primary), shards::size(r)};
+  }
 
   // zero<3>: replica r's forward, each unit's weights gathered from their
   // owners just before it and freed after (replica 0's alone: evaluate, predict).

@@ -30,7 +30,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "typeflow/distribute/zero.hpp"
@@ -106,6 +109,23 @@ class cpu_worker_shards {
     workers_->all_reduce_sum(&refused, 1, operation);
     return refused == 0;
   }
+  // Runs `work` here and learns whether it succeeded on every worker: its
+  // exception is thrown again where it was thrown, and the workers where it
+  // succeeded throw one naming the step, so that none goes on to a
+  // collective that another left (a sharded checkpoint's save and load).
+  template <class Work>
+  void all_or_none(const std::string& step, Work&& work) const {
+    std::exception_ptr failed;
+    try {
+      work();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (on_every_worker(!failed, "a sharded checkpoint's verdict")) return;
+    if (failed) std::rethrow_exception(failed);
+    throw std::runtime_error(step + ": another worker failed (its error is in its output); worker " +
+                             std::to_string(rank_) + " stopped too, changing nothing");
+  }
   double apply_regularizers_to_shards(std::byte* arena) const {
     const float* weights = reinterpret_cast<const float*>(arena);
     float* grads = gradients(arena);
@@ -169,6 +189,16 @@ class cpu_worker_shards {
   }
   void scatter_slot(int s, std::byte* arena, const float* from) const {
     std::copy_n(from + begin(), size(), slot_shard(s, arena));
+  }
+  // zero<k>'s checkpoint shards: the cut (one shard per worker), the one
+  // this worker holds and its part of slot s.
+  std::vector<std::size_t> shard_cut() const { return bounds_; }
+  std::vector<int> held_shards() const { return {rank_}; }
+  std::span<float> slot_shard_floats(int index, int s, std::byte* arena) const {
+    if (index != rank_)
+      throw std::logic_error("slot_shard_floats: worker " + std::to_string(rank_) + " holds shard " +
+                             std::to_string(rank_) + ", not " + std::to_string(index));
+    return {slot_shard(s, arena), size()};
   }
 
  private:

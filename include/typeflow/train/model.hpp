@@ -379,22 +379,17 @@ class model {
   // stands (epoch, batch), the epoch's running means, the History so far and
   // each callback's state (fit_snapshot.hpp). Written atomically into
   // dir/ckpt-<iterations>/ (io/checkpoint.hpp), keeping the newest
-  // options.keep; only the chief writes. Returns the checkpoint's directory.
+  // options.keep; only the chief writes, except that under zero<k> each
+  // rank writes its shards of the optimizer's slots (every worker calls it
+  // then: see save_sharded_checkpoint). Returns the checkpoint's directory.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
     training_.require_compiled("save_checkpoint");
-    if (!is_chief()) {
-      // zero<k, multi_worker>: the slots' all-gathers are collectives, which every worker joins.
-      if constexpr (is_zero_v<Strategy> && Strategy::across_processes)
-        for (int s = 0; s < training_.slots; ++s) engine_.slot_values(s);
-      return dir / io::detail::checkpoint_name(training_.iterations);
+    if constexpr (is_zero_v<Strategy>) {
+      return save_sharded_checkpoint(dir, options);
+    } else {
+      if (!is_chief()) return dir / io::detail::checkpoint_name(training_.iterations);
+      return write_checkpoint_here(dir, options, training_.slots, nullptr);
     }
-    const std::optional<fit_snapshot> fit = training_.snapshot();
-    const std::vector<io::tensor_to_write> tensors = checkpoint_tensors<Net>(
-        engine_.parameters(), training_.slots, [&](int s) { return engine_.slot_values(s); }, fit);
-    checkpoint_counters counters = saved_counters();
-    counters.fit = fit;
-    return io::write_checkpoint(dir, training_.iterations, tensors, make_checkpoint_manifest(checkpoint_id(), counters),
-                                options.keep);
   }
 
   // Continues from the newest checkpoint in dir (or from dir, one
@@ -409,18 +404,41 @@ class model {
   // BackupAndRestore; fit's `epochs` is the total of the run).
   void load_checkpoint(const std::filesystem::path& dir) {
     training_.require_compiled("load_checkpoint");
-    const io::checkpoint_read read = io::read_checkpoint(dir);
-    const checkpoint_counters c = read_checkpoint_manifest(read.manifest, read.path, checkpoint_id(),
-                                                           training_.optimizer->name(), training_.slots, &read.tensors);
-    // Every tensor there and of the right size, and what this model's
-    // optimizer can take, before anything is copied.
-    check_checkpoint_tensors<Net>(read.tensors, training_.slots);
-    check_checkpoint_optimizer(c, *training_.optimizer, read.path);
+    std::optional<io::checkpoint_read> read;
+    checkpoint_counters c;
+    std::optional<checkpoint_slots> slots;
+    // Every tensor there and of the right size (the slots' files this rank
+    // reads: all of them, or under zero<k> its shards'), and what this
+    // model's optimizer can take, before anything is copied; across
+    // workers, on every worker before any changes.
+    on_every_rank("load_checkpoint", [&] {
+      read.emplace(io::read_checkpoint(dir));
+      c = read_checkpoint_manifest(read->manifest, read->path, checkpoint_id(), training_.optimizer->name(),
+                                   training_.slots, &read->tensors);
+      check_checkpoint_tensors<Net>(*read, training_.slots);
+      check_checkpoint_optimizer(c, *training_.optimizer, read->path);
+      slots.emplace(*read);
+      if constexpr (is_zero_v<Strategy>) {
+        const std::vector<std::size_t> cut = engine_.shard_cut();
+        for (const int i : engine_.held_shards()) slots->need(cut[i], cut[i + 1]);
+      } else {
+        slots->need(0, Net::trainable_floats);
+      }
+    });
     if (c.learning_rate) set_learning_rate(*c.learning_rate);
-    const std::vector<float> weights = checkpoint_floats(read.tensors, "parameters");
+    const std::vector<float> weights = checkpoint_floats(read->tensors, "parameters");
     std::ranges::copy(weights, engine_.writable_parameters().begin());
-    for (int s = 0; s < training_.slots; ++s)
-      engine_.set_slot_values(s, checkpoint_floats(read.tensors, "optimizer.slot." + std::to_string(s)));
+    if constexpr (is_zero_v<Strategy>) {  // each shard from the files that hold it
+      const std::vector<std::size_t> cut = engine_.shard_cut();
+      for (const int i : engine_.held_shards())
+        for (int s = 0; s < training_.slots; ++s) slots->copy(s, cut[i], cut[i + 1], engine_.slot_shard(i, s).data());
+    } else {
+      std::vector<float> slot(Net::trainable_floats);
+      for (int s = 0; s < training_.slots; ++s) {
+        slots->copy(s, 0, slot.size(), slot.data());
+        engine_.set_slot_values(s, slot);
+      }
+    }
     training_.iterations = c.iterations;
     training_.optimizer->restore_pending_micro_batches(c.pending_micro_batches);
     training_.epoch_counter = c.epochs_begun;
@@ -707,6 +725,70 @@ class model {
     std::string summary_text(std::size_t line_length) const override { return model::summary_text(line_length); }
     std::vector<std::pair<std::string, std::string>> settings() const override { return m.settings(); }
   };
+
+  // The checkpoint directory's files, written by this process: the weights,
+  // the counters and either every slot (slots) or none, with a zero<k>
+  // model's shards (shards).
+  std::filesystem::path write_checkpoint_here(const std::filesystem::path& dir, const checkpoint_options& options,
+                                              int slots, const io::checkpoint_shards_to_write* shards) {
+    const std::optional<fit_snapshot> fit = training_.snapshot();
+    const std::vector<io::tensor_to_write> tensors = checkpoint_tensors<Net>(
+        engine_.parameters(), slots, [&](int s) { return engine_.slot_values(s); }, fit);
+    checkpoint_counters counters = saved_counters();
+    counters.fit = fit;
+    return io::write_checkpoint(dir, training_.iterations, tensors, make_checkpoint_manifest(checkpoint_id(), counters),
+                                options.keep, shards);
+  }
+  // zero<k>: each rank writes its shards of the slots, so that none gathers
+  // a whole slot. Under mirrored<N> this process writes every replica's
+  // file; across workers each worker stages its file beside the
+  // checkpoints, after the chief readied the directory and before the chief
+  // writes the rest and moves the staged files in; each of the three steps
+  // ends with every worker knowing whether all succeeded.
+  std::filesystem::path save_sharded_checkpoint(const std::filesystem::path& dir, const checkpoint_options& options)
+    requires is_zero_v<Strategy>
+  {
+    const std::vector<std::size_t> cut = engine_.shard_cut();
+    const int count = static_cast<int>(cut.size()) - 1;
+    io::checkpoint_shards_to_write shards{{cut.begin(), cut.end()}, {}, Strategy::across_processes};
+    for (const int i : engine_.held_shards()) {
+      io::checkpoint_shard shard{i, cut[i], cut[i + 1], {}};
+      for (int s = 0; s < training_.slots; ++s) {
+        const std::span<const float> part = engine_.slot_shard(i, s);
+        shard.tensors.push_back({slot_tensor_name(s), "F32", {static_cast<std::int64_t>(part.size())}, part.data(),
+                                 part.size_bytes()});
+      }
+      shards.here.push_back(std::move(shard));
+    }
+    const std::int64_t number = training_.iterations;
+    std::filesystem::path written = dir / io::detail::checkpoint_name(number);
+    if constexpr (Strategy::across_processes) {
+      on_every_rank("save_checkpoint", [&] {
+        if (is_chief()) io::prepare_checkpoint_dir(dir, number, options.keep);
+      });
+      on_every_rank("save_checkpoint", [&] {
+        for (const io::checkpoint_shard& shard : shards.here)
+          io::write_checkpoint_shard(io::staged_shard_path(dir, written.filename().string(), shard.index, count), shard,
+                                     count);
+      });
+      shards.here.clear();  // the chief moves every worker's staged file in, its own too
+      on_every_rank("save_checkpoint", [&] {
+        if (is_chief()) written = write_checkpoint_here(dir, options, 0, &shards);
+      });
+      return written;
+    } else {
+      return write_checkpoint_here(dir, options, 0, &shards);
+    }
+  }
+  // `work`, and across zero<k>'s workers whether it succeeded on every one
+  // (train/cpu_worker_shards.hpp's all_or_none); elsewhere just `work`.
+  template <class Work>
+  void on_every_rank(const std::string& step, Work&& work) {
+    if constexpr (is_zero_v<Strategy> && Strategy::across_processes)
+      engine_.all_or_none(step, std::forward<Work>(work));
+    else
+      work();
+  }
 
   checkpoint_identity checkpoint_id() const {
     return {network_name<Net>(), policy_name<policy_type>(), strategy_name<Strategy>(), Device::name,
