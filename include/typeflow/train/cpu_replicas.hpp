@@ -35,8 +35,10 @@
 //
 // zero<3, mirrored<N>> also shards the weights: replica r keeps only shard r
 // of the trainable parameters between steps (and of the gradients); the
-// other pages of its parameter and gradient regions are given back to the
-// system (arena::release), so that they hold no memory. Each top-level layer
+// other pages of its parameter and gradient regions hold no memory of their
+// own: those of the units' weights and gradients are mapped onto one window
+// that every unit shares (train/gather_window.hpp), the rest given back to
+// the system (arena::release). Each top-level layer
 // (distribute/layer_groups.hpp), or each child of a top-level combinator
 // (repeat<12, block>: each block; through contract/layer.hpp's
 // parameter_hooks), is a unit that runs as:
@@ -63,6 +65,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <utility>
@@ -81,6 +84,7 @@
 #include "typeflow/optimizers/sharded_update.hpp"
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
+#include "typeflow/train/gather_window.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
@@ -374,6 +378,7 @@ class cpu_replicas {
   void forward_sharded(int r, Program& program, arena& primary) {
     static_assert(gathers, "cpu_replicas::forward_sharded: only under zero<3>");
     hook_owners_[static_cast<std::size_t>(r)].primary = &primary;
+    windows_[static_cast<std::size_t>(r)].map(arena_of(r, primary));  // the units seen so far (nothing is gathered now)
     for (std::size_t i = 0; i < groups::count; ++i) {
       if (groups::per_child[i]) {  // the combinator's hooks gather child by child
         program.forward_layer(i);
@@ -393,6 +398,7 @@ class cpu_replicas {
   void backward_sharded(int r, Program& program, arena& primary) {
     static_assert(gathers, "cpu_replicas::backward_sharded: only under zero<3>");
     hook_owners_[static_cast<std::size_t>(r)].primary = &primary;
+    hook_owners_[static_cast<std::size_t>(r)].backward = true;
     try {
       for (std::size_t k = groups::count; k-- > 0;) {
         if (groups::per_child[k]) {
@@ -400,15 +406,18 @@ class cpu_replicas {
           continue;
         }
         gather_layer(r, k, primary);
+        if (!tied_sources[k]) open_gradients(r, groups::own[k].begin, groups::own[k].end, primary);
         program.backward_layer(k);
         const auto& layer = groups::own[k];
         reduce_unit(r, layer.begin, layer.end, primary);
         free_layer_weights(r, k, primary);
       }
     } catch (...) {
+      hook_owners_[static_cast<std::size_t>(r)].backward = false;
       barrier_.abort();
       throw;
     }
+    hook_owners_[static_cast<std::size_t>(r)].backward = false;
     if (r == 0) whole_ = false;
   }
   void begin_backward() { barrier_.reset(); }
@@ -423,7 +432,8 @@ class cpu_replicas {
   void make_whole(arena& primary) {
     if constexpr (gathers) {
       if (whole_) return;
-      gather(0, 0, Net::trainable_floats, primary);
+      primary.unalias();  // the whole region private again; the next step's units map the window anew
+      gather(0, 0, Net::trainable_floats, primary, std::nullopt);
       whole_ = true;
     }
   }
@@ -433,7 +443,7 @@ class cpu_replicas {
   // (zero<3> looks after each gather: a layer's weights, and in backward its
   // gradients, beside the shards).
   std::size_t resident_state_bytes(int r, const arena& primary) const {
-    return arena_of(r, primary).resident_bytes(0, step_base_);
+    return arena_of(r, primary).resident_bytes(0, step_base_) + window_bytes(r);
   }
   std::size_t peak_state_bytes(int r) const { return peak_.at(static_cast<std::size_t>(r)); }
   void track_peaks(bool on) {
@@ -508,9 +518,18 @@ class cpu_replicas {
     if (from < std::min(to, shards::begin(r))) f(from, std::min(to, shards::begin(r)));
     if (std::max(from, shards::end(r)) < to) f(std::max(from, shards::end(r)), to);
   }
-  // Replica r's copy of [from, to)'s weights from their owners (statistics are each replica's own).
-  void gather(int r, std::size_t from, std::size_t to, arena& primary) {
+  // Replica r's copy of [from, to)'s weights from their owners (statistics
+  // are each replica's own), noted as `part` of the current unit in its
+  // window (make_whole's whole region: not noted).
+  void gather(int r, std::size_t from, std::size_t to, arena& primary,
+              std::optional<gather_window::part> part = gather_window::weights) {
     float* into = weights_of(r, primary.data());
+    if (part)
+      outside_shard(r, from, to, [&](std::size_t a, std::size_t b) {
+        without_statistics(a, b, [&](std::size_t at, std::size_t n) {
+          windows_[static_cast<std::size_t>(r)].note(*part, at * sizeof(float), n * sizeof(float));
+        });
+      });
     for (int s = 0; s < count; ++s) {
       const std::size_t a = std::max(from, shards::begin(s)), b = std::min(to, shards::end(s));
       if (s == r || a >= b) continue;
@@ -543,11 +562,41 @@ class cpu_replicas {
       memory.release(plan0::gradients_offset + x * sizeof(float), (y - x) * sizeof(float));
     });
   }
+  // Before a unit's backward: its gradients outside shard r noted in the
+  // window, and zeroed where the window holds them (freed pages read as zero).
+  void open_gradients(int r, std::size_t from, std::size_t to, arena& primary) {
+    arena& memory = arena_of(r, primary);
+    constexpr std::size_t page = gather_window::page;
+    outside_shard(r, from, to, [&](std::size_t a, std::size_t b) {
+      const std::size_t offset = plan0::gradients_offset + a * sizeof(float), bytes = (b - a) * sizeof(float);
+      windows_[static_cast<std::size_t>(r)].note(gather_window::gradients, offset, bytes);
+      const std::size_t first = (offset + page - 1) / page * page, last = (offset + bytes) / page * page;
+      if (first < last && memory.aliased(first)) std::memset(memory.data() + first, 0, last - first);
+    });
+  }
+  std::size_t window_bytes(int r) const {
+    if constexpr (gathers)
+      return windows_[static_cast<std::size_t>(r)].resident_bytes();
+    else
+      return 0;
+  }
+  // The units whose matrix another reads (tied_logits' embedding): gathered
+  // with that one too (the window's tied part), their gradients summed over
+  // both backwards (private pages).
+  static constexpr std::array<bool, groups::count> tied_sources = [] {
+    std::array<bool, groups::count> tied{};
+    for (std::size_t i = 0; i < groups::count; ++i)
+      if (groups::tied_source[i] < groups::count) tied[groups::tied_source[i]] = true;
+    return tied;
+  }();
   // A top-level layer that is not a combinator: its weights and a tied matrix.
   void gather_layer(int r, std::size_t i, arena& primary) {
+    windows_[static_cast<std::size_t>(r)].begin_unit();
     if (groups::tied_source[i] < groups::count)
-      gather(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary);
-    gather(r, groups::own[i].begin, groups::own[i].end, primary);
+      gather(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary,
+             gather_window::tied_weights);
+    gather(r, groups::own[i].begin, groups::own[i].end, primary,
+           tied_sources[i] ? gather_window::tied_weights : gather_window::weights);
   }
   void free_layer_weights(int r, std::size_t i, arena& primary) {
     free_weights(r, groups::own[i].begin, groups::own[i].end, primary);
@@ -557,7 +606,7 @@ class cpu_replicas {
   void note_peak(int r, const arena& memory) {
     if (!tracking_) return;
     auto& peak = peak_[static_cast<std::size_t>(r)];
-    peak = std::max(peak, memory.resident_bytes(0, step_base_));
+    peak = std::max(peak, memory.resident_bytes(0, step_base_) + window_bytes(r));
   }
 
   // The combinators' hooks (parameter_hooks): replica r's, over its arena.
@@ -565,6 +614,7 @@ class cpu_replicas {
     cpu_replicas* self = nullptr;
     int r = 0;
     arena* primary = nullptr;  // set as a step (or replica 0's inference) begins
+    bool backward = false;     // in backward_sharded: the unit's gradients are opened too
     std::pair<std::size_t, std::size_t> unit(const float* params, std::size_t floats) const {
       const std::size_t at = static_cast<std::size_t>(params - self->weights_of(r, primary->data()));
       return {at, at + floats};
@@ -573,7 +623,9 @@ class cpu_replicas {
   static void hook_before(void* owner, const float* params, std::size_t floats) {
     auto& h = *static_cast<hook_owner*>(owner);
     const auto [from, to] = h.unit(params, floats);
+    h.self->windows_[static_cast<std::size_t>(h.r)].begin_unit();
     h.self->gather(h.r, from, to, *h.primary);
+    if (h.backward) h.self->open_gradients(h.r, from, to, *h.primary);
   }
   static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
     auto& h = *static_cast<hook_owner*>(owner);
@@ -704,6 +756,7 @@ class cpu_replicas {
   bool whole_ = true;  // replica 0's weights: gathered whole (or not yet freed)
   bool tracking_ = false;
   std::array<std::size_t, count> peak_{};
+  std::array<gather_window, gathers ? count : 0> windows_;  // zero<3>: each replica's pages for one unit
 };
 
 }  // namespace typeflow
