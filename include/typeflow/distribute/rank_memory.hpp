@@ -5,19 +5,20 @@
 //
 //   parameters      every replica holds all of them; under zero<3> its shard
 //                   of the trainable ones (and the frozen ones whole)
-//   gradients       the region backward writes: all trainable floats on every
-//                   replica and stage 1 or 2. (zero<2> keeps only its shard of
-//                   the mean, reduced_gradient_bytes, but on the CPU backward
-//                   writes the whole region before the reduce-scatter.) Under
-//                   zero<3> its shard: each layer's are reduced as its
-//                   backward ends, and freed.
+//   gradients       all trainable floats, or under zero<2|3, mirrored<N>> its
+//                   shard: each unit's (layer's) are reduced as its backward
+//                   ends and the rest freed. (zero<2, multi_worker> keeps
+//                   only its shard of the mean, reduced_gradient_bytes, but
+//                   backward writes the whole region before the
+//                   reduce-scatter.)
 //   slots           per optimizer slot, on the replica that holds the most:
 //                   all trainable floats on replica 0 (single_device,
 //                   mirrored<N>: replicas 1..N-1 hold none), or one shard on
 //                   every replica (zero<k>)
-//   gathered        zero<3>'s: the most weights gathered for one layer (its
-//                   own and a tied matrix) and the most gradients held beyond
-//                   the shard (distribute/layer_groups.hpp); 0 otherwise
+//   gathered        zero<2|3, mirrored<N>>'s: the most gradients held beyond
+//                   the shard, and zero<3>'s most weights gathered for one
+//                   unit (its own and a tied matrix)
+//                   (distribute/layer_groups.hpp); 0 otherwise
 //   activations     the step region of the replica's share of the batch
 //                   (Batch / N samples): activations, their gradients,
 //                   workspaces, scratch and loss rows
@@ -51,21 +52,24 @@ struct rank_memory {
   using plan = memory_plan<Net, batch_per_replica, 0>;
   using shards = region_shards<Net::trainable_floats, replicas>;
 
+  // Within one process (mirrored<N>) zero<2|3> reduce unit by unit.
+  static constexpr bool reduces_per_unit = stage >= 2 && !Strategy::across_processes && replicas >= 2;
   static constexpr bool gathers = stage >= 3;
   static constexpr std::size_t parameter_bytes =
       gathers ? shards::shard_bytes + (plan::parameter_bytes - plan::trainable_bytes) : plan::parameter_bytes;
-  static constexpr std::size_t gradient_bytes = gathers ? shards::shard_bytes : plan::trainable_bytes;
+  static constexpr std::size_t gradient_bytes = reduces_per_unit ? shards::shard_bytes : plan::trainable_bytes;
   static constexpr std::size_t reduced_gradient_bytes = stage >= 2 ? shards::shard_bytes : plan::trainable_bytes;
   static constexpr std::size_t slot_bytes = stage >= 1 ? shards::shard_bytes : plan::trainable_bytes;
   static constexpr std::size_t gathered_bytes =
-      gathers ? (layer_groups<Net>::largest_parameters + layer_groups<Net>::largest_gradients) * sizeof(float) : 0;
+      ((gathers ? layer_groups<Net>::largest_parameters : 0) +
+       (reduces_per_unit ? layer_groups<Net>::largest_gradients : 0)) * sizeof(float);
   static constexpr std::size_t activation_bytes = plan::per_step_bytes;
 
   // Without the optimizer's slots (known when compile() runs): the plan's
-  // total, or under zero<3> what its replica holds of it (the arena keeps the
-  // plan's layout, its freed pages holding no memory).
+  // total, or under zero<2|3, mirrored<N>> what its replica holds of it (the
+  // arena keeps the plan's layout, its freed pages holding no memory).
   static constexpr std::size_t bytes_before_slots = parameter_bytes + gradient_bytes + gathered_bytes + activation_bytes;
-  static_assert(gathers || bytes_before_slots == plan::total_bytes,
+  static_assert(reduces_per_unit || bytes_before_slots == plan::total_bytes,
                 "rank_memory: the regions add up to the memory plan's");
   static constexpr std::size_t bytes(int slots) {
     return bytes_before_slots + static_cast<std::size_t>(slots) * slot_bytes;
@@ -98,18 +102,19 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int
       "one shard per worker, the trainable region's " + bytes(memory::gradient_bytes) + " / workers";
   std::vector<std::pair<std::string, std::string>> rows{{"parameters", bytes(memory::parameter_bytes)}};
   std::string gradients = bytes(memory::gradient_bytes);
-  if (memory::gathers) {
-    rows.back().second += " (its shard)";
+  if (memory::gathers) rows.back().second += " (its shard)";
+  if (memory::reduces_per_unit)
     gradients += " (its shard)";
-  } else if (memory::stage >= 2)
+  else if (memory::stage >= 2)
     gradients += " (the update keeps its shard of the mean: " + (known ? bytes(shard) : unknown) + ")";
   rows.emplace_back("gradients", gradients);
   std::string slot_text = memory::stage >= 1 && !known ? unknown + ", each" : bytes(shard) + " each";
   if (slots >= 0 && (known || memory::stage == 0))
     slot_text += " (" + std::to_string(slots) + " slots: " + bytes(static_cast<std::size_t>(slots) * shard) + ")";
   rows.emplace_back("optimizer slots", slot_text);
-  if (memory::gathers)
-    rows.emplace_back("gathered", bytes(memory::gathered_bytes) + " (one layer's weights and gradients)");
+  if (memory::reduces_per_unit)
+    rows.emplace_back("gathered", bytes(memory::gathered_bytes) + (memory::gathers ? " (one layer's weights and gradients)"
+                                                                                  : " (one layer's gradients)"));
   rows.emplace_back("activations", Strategy::across_processes ? std::string("those of its batch")
                                                               : "those of its share of the batch, 1 / " +
                                                                     std::to_string(memory::replicas));

@@ -77,7 +77,9 @@ class engine<Net, Policy, Strategy, cpu> {
   static constexpr bool sharded_across_workers = sharded && Strategy::across_processes;
   using worker_shards_type =
       std::conditional_t<sharded_across_workers, cpu_worker_shards<Net, Strategy>, std::monostate>;
-  // zero<3, mirrored<N>>: the weights sharded too, each layer's gathered for it.
+  // zero<2|3, mirrored<N>>: each unit's gradients reduced as backward goes;
+  // zero<3> the weights sharded too, each unit's gathered for it.
+  static constexpr bool reduces_per_unit = replicas_type::reduces_per_unit;
   static constexpr bool gathers = replicas_type::gathers;
 
  public:
@@ -89,7 +91,7 @@ class engine<Net, Policy, Strategy, cpu> {
     seed_ = seed;
     run_.seed = worker_seed(seed);
     context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
-    if constexpr (gathers) run_.hooks = replicas_.hooks_of_primary();  // zero<3>: its combinators gather child by child
+    if constexpr (reduces_per_unit) run_.hooks = replicas_.hooks_of_primary();  // its combinators' children are units
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -105,8 +107,8 @@ class engine<Net, Policy, Strategy, cpu> {
     return r == 0 ? memory_.size() : replicas_.arena_bytes(r);
   }
   // Replica r's weights, gradients and optimizer slots: the bytes held in
-  // memory now (whole pages), and under zero<3> the most seen during the
-  // steps since track_state_peaks(true) (without zero<3> they do not change
+  // memory now (whole pages), and under zero<2|3> the most seen during the
+  // steps since track_state_peaks(true) (otherwise they do not change
   // within a step: the bytes now).
   std::size_t resident_state_bytes(int r = 0) const {
     if (r < 0 || r >= replica_count)
@@ -117,10 +119,10 @@ class engine<Net, Policy, Strategy, cpu> {
     return memory_.resident_bytes(0, step_base());
   }
   void track_state_peaks(bool on) {
-    if constexpr (gathers) replicas_.track_peaks(on);
+    if constexpr (reduces_per_unit) replicas_.track_peaks(on);
   }
   std::size_t peak_state_bytes(int r = 0) const {
-    if constexpr (gathers) {
+    if constexpr (reduces_per_unit) {
       if (r < 0 || r >= replica_count)
         throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of " +
                                 std::to_string(replica_count));
@@ -150,7 +152,7 @@ class engine<Net, Policy, Strategy, cpu> {
     program_.reset();
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
-    if constexpr (gathers) {  // zero<3>: the gradients' pages given back (zero), the slots' zeroed
+    if constexpr (reduces_per_unit) {  // zero<2|3>: the gradients' pages given back (zero), the slots' zeroed
       memory_.release(plan0::gradients_offset, plan0::trainable_bytes);
       std::memset(memory_.data() + plan0::slots_offset, 0, step_base() - plan0::slots_offset);
     } else {
@@ -240,7 +242,7 @@ class engine<Net, Policy, Strategy, cpu> {
     // zero<2> each replica's shard of it), and across processes
     // (multi_worker) the mean over the workers.
     void backward_and_all_reduce() {
-      if constexpr (gathers) {  // each layer's gradients reduced as its backward ends
+      if constexpr (reduces_per_unit) {  // each unit's gradients reduced as its backward ends
         e.replicas_.begin_backward();
         auto job = [&](int r) { e.replicas_.backward_sharded(r, *programs[r], e.memory_); };
         e.replicas_.each(job);

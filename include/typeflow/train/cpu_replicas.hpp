@@ -20,10 +20,11 @@
 // zero<k, mirrored<N>> (distribute/zero.hpp) cuts the trainable region into N
 // shards; replica r owns shard r and keeps only its optimizer slots, after
 // its gradients, in its own arena (replica 0's in the engine's):
-//   reduce_gradients()  under zero<2> a reduce-scatter instead: each replica sums
-//                   its own shard of every replica's gradients (the same
-//                   order, so the same bits) into its gradient region;
-//                   under zero<1> the mean goes to replica 0's as above;
+//   reduce_gradients()  under zero<1> the mean goes to replica 0's as above;
+//                   under zero<2> each replica sums its own shard of every
+//                   replica's gradients (the same order, so the same bits)
+//                   into its gradient region, unit by unit as backward
+//                   goes (backward_sharded() below), and frees the rest;
 //   sharded_update()  each replica's arguments for its shard (weights, the
 //                   mean gradient, its slot shards), which the optimizer
 //                   updates on every replica at once
@@ -149,7 +150,9 @@ class cpu_replicas {
   // The bytes of one optimizer slot in a replica's arena: the whole trainable
   // region on replica 0, or under zero<k> one shard on every replica.
   static constexpr std::size_t slot_stride = stage > 0 ? shards::shard_bytes : plan0::trainable_bytes;
-  // zero<3>: the weights sharded too, gathered layer by layer.
+  // zero<2|3>: each unit's gradients reduced as its backward ends, and the
+  // rest of them freed; zero<3>: the weights sharded too, gathered unit by unit.
+  static constexpr bool reduces_per_unit = stage >= 2 && count > 1;
   static constexpr bool gathers = stage >= 3;
   using groups = layer_groups<Net>;
 
@@ -168,7 +171,7 @@ class cpu_replicas {
       for (int r = 0; r <= count; ++r) bounds[r] = static_cast<std::ptrdiff_t>(shards::begin(r));
       shard_table_ = optimizers::cut_region(parameter_table<Net>::tensors(), bounds);
     }
-    if constexpr (gathers) {
+    if constexpr (reduces_per_unit) {
       for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
         if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats)
           statistics_.emplace_back(t.offset, t.size);
@@ -390,27 +393,32 @@ class cpu_replicas {
     }
     if (r == 0) whole_ = false;
   }
-  // zero<3>: replica r's backward, unit by unit: the weights gathered, the
-  // unit's backward, then shard r's part of its mean gradient (after every
-  // replica's backward of it), then its gradients and weights freed. Every
-  // replica runs it at once (each()); begin_backward() first.
+  // zero<2|3>: replica r's backward, unit by unit: (zero<3>: the weights
+  // gathered,) the unit's backward, then shard r's part of its mean gradient
+  // (after every replica's backward of it), then the rest of its gradients
+  // (and its weights) freed. Every replica runs it at once (each());
+  // begin_backward() first.
   template <class Program>
   void backward_sharded(int r, Program& program, arena& primary) {
-    static_assert(gathers, "cpu_replicas::backward_sharded: only under zero<3>");
+    static_assert(reduces_per_unit, "cpu_replicas::backward_sharded: only under zero<2|3>");
     hook_owners_[static_cast<std::size_t>(r)].primary = &primary;
     hook_owners_[static_cast<std::size_t>(r)].backward = true;
+    if constexpr (!gathers) windows_[static_cast<std::size_t>(r)].map(arena_of(r, primary));  // zero<2>: no gradient is held now
     try {
       for (std::size_t k = groups::count; k-- > 0;) {
         if (groups::per_child[k]) {
           program.backward_layer(k);
           continue;
         }
-        gather_layer(r, k, primary);
+        if constexpr (gathers)
+          gather_layer(r, k, primary);
+        else
+          windows_[static_cast<std::size_t>(r)].begin_unit();
         if (!tied_sources[k]) open_gradients(r, groups::own[k].begin, groups::own[k].end, primary);
         program.backward_layer(k);
         const auto& layer = groups::own[k];
         reduce_unit(r, layer.begin, layer.end, primary);
-        free_layer_weights(r, k, primary);
+        if constexpr (gathers) free_layer_weights(r, k, primary);
       }
     } catch (...) {
       hook_owners_[static_cast<std::size_t>(r)].backward = false;
@@ -424,7 +432,7 @@ class cpu_replicas {
   // zero<3>: before replica 0 runs alone (evaluate, predict), the shards at
   // their owners, as a step begins.
   void begin_inference(arena& primary) { synchronize(primary); }
-  // zero<3>: the engine's run_state takes replica 0's hooks.
+  // zero<2|3>: the engine's run_state takes replica 0's hooks.
   const parameter_hooks* hooks_of_primary() const { return &hooks_[0]; }
 
   // zero<3>: replica 0's trainable weights gathered whole (for whatever reads
@@ -575,7 +583,7 @@ class cpu_replicas {
     });
   }
   std::size_t window_bytes(int r) const {
-    if constexpr (gathers)
+    if constexpr (reduces_per_unit)
       return windows_[static_cast<std::size_t>(r)].resident_bytes();
     else
       return 0;
@@ -620,23 +628,28 @@ class cpu_replicas {
       return {at, at + floats};
     }
   };
+  // (zero<2> holds the weights whole: its hooks only reduce, in backward.
+  // Its forward, evaluate's and predict's too, calls these with no arena set.)
   static void hook_before(void* owner, const float* params, std::size_t floats) {
     auto& h = *static_cast<hook_owner*>(owner);
+    if (!gathers && !h.backward) return;
     const auto [from, to] = h.unit(params, floats);
     h.self->windows_[static_cast<std::size_t>(h.r)].begin_unit();
-    h.self->gather(h.r, from, to, *h.primary);
+    if constexpr (gathers) h.self->gather(h.r, from, to, *h.primary);
     if (h.backward) h.self->open_gradients(h.r, from, to, *h.primary);
   }
   static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
-    auto& h = *static_cast<hook_owner*>(owner);
-    const auto [from, to] = h.unit(params, floats);
-    h.self->free_weights(h.r, from, to, *h.primary);
+    if constexpr (gathers) {
+      auto& h = *static_cast<hook_owner*>(owner);
+      const auto [from, to] = h.unit(params, floats);
+      h.self->free_weights(h.r, from, to, *h.primary);
+    }
   }
   static void hook_after_backward(void* owner, const float* params, std::size_t floats) {
     auto& h = *static_cast<hook_owner*>(owner);
     const auto [from, to] = h.unit(params, floats);
     h.self->reduce_unit(h.r, from, to, *h.primary);
-    h.self->free_weights(h.r, from, to, *h.primary);
+    if constexpr (gathers) h.self->free_weights(h.r, from, to, *h.primary);
   }
 
   optimizers::shard_runner runner() {
@@ -687,8 +700,8 @@ class cpu_replicas {
   }
 
   void synchronize(arena& primary) {
+    for (hook_owner& owner : hook_owners_) owner.primary = &primary;
     if constexpr (gathers) {
-      for (hook_owner& owner : hook_owners_) owner.primary = &primary;
       if (stale_) {  // each replica's shard, every statistic and the frozen weights; the rest is gathered
         for (int r = 1; r < count; ++r) {
           float* to = weights_of(r, primary.data());
@@ -756,7 +769,7 @@ class cpu_replicas {
   bool whole_ = true;  // replica 0's weights: gathered whole (or not yet freed)
   bool tracking_ = false;
   std::array<std::size_t, count> peak_{};
-  std::array<gather_window, gathers ? count : 0> windows_;  // zero<3>: each replica's pages for one unit
+  std::array<gather_window, reduces_per_unit ? count : 0> windows_;  // zero<2|3>: each replica's pages for one unit
 };
 
 }  // namespace typeflow
