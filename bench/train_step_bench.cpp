@@ -10,8 +10,9 @@
 // BM_mlp_train_step_accumulate4  the 256 samples as 4 micro-batches of 64 under accumulate<4>.
 // BM_mlp_train_step_zero1_mirrored2, ..._zero2_mirrored2, ..._zero3_mirrored2
 //                         mirrored<2>'s step under zero<1>, zero<2> (each
-//                         replica updates its half) and zero<3> (and gathers
-//                         each layer's weights, frees them after).
+//                         replica updates its half, reduces each layer's
+//                         gradients as backward goes) and zero<3> (and gathers
+//                         each layer's weights into its window).
 // ..._mixed_bfloat16, ..._mixed_float16  the same steps under a 16-bit policy
 //                         (the logits layer stays float32). arena_MiB is the
 //                         model's whole arena: weights, gradients, Adam's
