@@ -53,6 +53,8 @@ namespace tf = typeflow;
 namespace {
 
 using net = tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::dense<16>, tf::tanh, tf::dense<4>>;
+using repeat_net =
+    tf::sequential<tf::input<12>, tf::dense<32>, tf::relu, tf::repeat<3, tf::dense<32>>, tf::tanh, tf::dense<4>>;
 constexpr int global_batch = 128;
 constexpr int steps = 10;
 constexpr int samples = global_batch * steps;
@@ -241,10 +243,10 @@ double largest_relative_gap(const std::filesystem::path& a, const std::filesyste
 // zero<Stage, multi_worker> and multi_worker trained alike: the weights on
 // every rank and the optimizer's slots (gathered by save_checkpoint) are
 // multi_worker's, bit for bit with up to two workers, else within `four`.
-template <int Stage, int PerWorker, class Data, class Optimizer>
+template <int Stage, int PerWorker, class Net = net, class Data, class Optimizer>
 void check_zero_matches(const Data& shard, Optimizer optimizer, const char* name, double four = 1e-5) {
-  tf::model<net, tf::float32, tf::zero<Stage, tf::multi_worker>> sharded{4};
-  tf::model<net, tf::float32, tf::multi_worker> plain{4};
+  tf::model<Net, tf::float32, tf::zero<Stage, tf::multi_worker>> sharded{4};
+  tf::model<Net, tf::float32, tf::multi_worker> plain{4};
   compile(sharded, optimizer);
   compile(plain, optimizer);
   sharded.fit(shard, {.epochs = 1, .verbose = 0});
@@ -264,6 +266,24 @@ void check_zero_matches(const Data& shard, Optimizer optimizer, const char* name
                   "relative gap %.3g (limit %g)",
                   name, Stage, workers, gap, limit);
     check(gap <= limit, text);
+  }
+  if constexpr (Stage == 3) {
+    // Evaluation gathers the weights whole on every worker; a checkpoint
+    // continues as the job that wrote it, bit for bit.
+    const double theirs = plain.evaluate(shard)["loss"], ours = sharded.evaluate(shard)["loss"];
+    check(workers <= 2 ? ours == theirs : std::fabs(ours - theirs) <= 1e-5 * std::fabs(theirs),
+          std::string(name) + ": zero<3, multi_worker>'s evaluate gives multi_worker's loss (" + std::to_string(ours) +
+              ", " + std::to_string(theirs) + ")");
+    tf::model<Net, tf::float32, tf::zero<Stage, tf::multi_worker>> resumed{9};
+    compile(resumed, optimizer);
+    resumed.load_checkpoint(a);
+    resumed.fit(shard, {.epochs = 1, .verbose = 0});
+    sharded.fit(shard, {.epochs = 1, .verbose = 0});
+    check(std::ranges::equal(resumed.parameter_region(), sharded.parameter_region()),
+          std::string(name) + ": zero<3, multi_worker> continued from its checkpoint trains as the job that wrote it");
+  }
+  sharded.strategy().inner.barrier();
+  if (rank == 0) {
     std::filesystem::remove_all(a);
     std::filesystem::remove_all(b);
   }
@@ -279,6 +299,34 @@ void zero_checks() {
   check_zero_matches<2, PerWorker>(shard, clipped, "sgd with momentum and global_clipnorm");
   const tf::optimizers::adamw ema{.learning_rate = 0.01, .use_ema = true, .ema_momentum = 0.9f};
   check_zero_matches<2, PerWorker>(shard, ema, "adamw with use_ema");
+  // zero<3>: the weights sharded too, each layer's gathered for it (and a
+  // repeat's copies one by one, through the combinator's hooks).
+  check_zero_matches<3, PerWorker>(shard, tf::optimizers::adam{}, "adam");
+  check_zero_matches<3, PerWorker>(shard, clipped, "sgd with momentum and global_clipnorm");
+  check_zero_matches<3, PerWorker>(shard, ema, "adamw with use_ema");
+  check_zero_matches<3, PerWorker, repeat_net>(shard, tf::optimizers::adam{}, "adam, repeat<3, dense<32>>");
+  {
+    // zero<3>'s memory: a worker's weights, gradients and slots peak at its
+    // shards and one layer's gathered weights and gradients, against
+    // multi_worker's whole state on every worker.
+    using deep = tf::sequential<tf::input<12>, tf::dense<256>, tf::relu, tf::repeat<6, tf::dense<256>>, tf::dense<4>>;
+    tf::model<deep, tf::float32, tf::zero<3, tf::multi_worker>> sharded{4};
+    tf::model<deep, tf::float32, tf::multi_worker> plain{4};
+    compile(sharded);
+    compile(plain);
+    sharded.fit(shard | tf::data::take(2), {.epochs = 1, .verbose = 0});  // the window is learnt, then mapped
+    plain.fit(shard | tf::data::take(2), {.epochs = 1, .verbose = 0});
+    sharded.track_state_peaks();
+    sharded.fit(shard | tf::data::take(2), {.epochs = 1, .verbose = 0});
+    const std::size_t peak = sharded.peak_state_bytes(), whole = plain.resident_state_bytes();
+    using plan = tf::rank_memory<decltype(sharded)::bound_network, tf::zero<3, tf::mirrored<2>>, PerWorker>;
+    const std::size_t unit = plan::gathered_bytes;  // one dense<256>'s weights and gradients
+    const std::size_t expected = whole / static_cast<std::size_t>(workers) + unit;
+    check(peak <= expected + expected / 10 + 64 * 1024,
+          "zero<3, multi_worker>'s worker peaks at " + std::to_string(peak) + " bytes of weights, gradients and "
+              "slots: its shards and one layer's (" + std::to_string(expected) + " planned); multi_worker's hold " +
+              std::to_string(whole));
+  }
 
   // Each worker's arena: the plan and two slots (adam's) of one shard each.
   using zero2 = tf::model<net, tf::float32, tf::zero<2, tf::multi_worker>>;

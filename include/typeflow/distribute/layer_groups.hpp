@@ -84,6 +84,16 @@ struct layer_groups {
     return sources;
   }();
 
+  // Whether layer i's matrix is another's too (tied_logits' embedding): it
+  // is gathered with that layer as well, and its gradients add up over both
+  // backwards.
+  static constexpr std::array<bool, count> is_tied_source = [] {
+    std::array<bool, count> tied{};
+    for (std::size_t i = 0; i < count; ++i)
+      if (tied_source[i] < count) tied[tied_source[i]] = true;
+    return tied;
+  }();
+
   static constexpr std::size_t largest_parameters = [] {
     std::size_t most = 0;
     for (std::size_t i = 0; i < count; ++i)

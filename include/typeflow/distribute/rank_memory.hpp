@@ -54,7 +54,9 @@ struct rank_memory {
 
   // Within one process (mirrored<N>) zero<2|3> reduce unit by unit.
   static constexpr bool reduces_per_unit = stage >= 2 && !Strategy::across_processes && replicas >= 2;
-  static constexpr bool gathers = stage >= 3;
+  // Within one process zero<3> shards the weights; across processes the
+  // plan, which cannot know the workers, counts them whole (an upper bound).
+  static constexpr bool gathers = stage >= 3 && !Strategy::across_processes;
   static constexpr std::size_t parameter_bytes =
       gathers ? shards::shard_bytes + (plan::parameter_bytes - plan::trainable_bytes) : plan::parameter_bytes;
   static constexpr std::size_t gradient_bytes = reduces_per_unit ? shards::shard_bytes : plan::trainable_bytes;
@@ -103,7 +105,11 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int
   std::vector<std::pair<std::string, std::string>> rows{{"parameters", bytes(memory::parameter_bytes)}};
   std::string gradients = bytes(memory::gradient_bytes);
   if (memory::gathers) rows.back().second += " (its shard)";
-  if (memory::reduces_per_unit)
+  const std::string its_shard = known ? bytes(shard) : unknown;
+  if (memory::stage >= 3 && Strategy::across_processes) {  // zero<3, multi_worker>: at most the whole region
+    rows.back().second += " at most (its shard of the trainable ones, " + its_shard + ", and one layer's gathered)";
+    gradients += " at most (its shard of the mean, " + its_shard + ", and one layer's as backward goes)";
+  } else if (memory::reduces_per_unit)
     gradients += " (its shard)";
   else if (memory::stage >= 2)
     gradients += " (the update keeps its shard of the mean: " + (known ? bytes(shard) : unknown) + ")";

@@ -12,7 +12,7 @@
 //   zero<3, S>   and parameters: replica r keeps only shard r of the weights;
 //                each top-level layer's are gathered from their owners
 //                just before its forward and its backward, and freed after
-//                (train/cpu_replicas.hpp).
+//                (train/cpu_replicas.hpp, train/cpu_worker_shards.hpp).
 //
 // The trainable region [0, T) (model/memory_plan.hpp) is cut into N
 // contiguous shards of region_shards<T, N>::shard_floats floats each, on
@@ -30,7 +30,7 @@
 // It is a strategy (distribute/strategy.hpp) whose facts and collectives are
 // Strategy's; its name, as checkpoints record it, is "zero<1, mirrored<2>>".
 // What runs: zero<1|2|3, mirrored<N>> (N >= 2) on tf::cpu, in
-// train/cpu_replicas.hpp, and zero<1|2, multi_worker> on tf::cpu, in
+// train/cpu_replicas.hpp, and zero<1|2|3, multi_worker> on tf::cpu, in
 // train/cpu_worker_shards.hpp. Every other combination is a compile error
 // naming what is not built (zero_runs below); rank_memory.hpp gives each
 // replica's bytes.
@@ -140,9 +140,6 @@ concept shard_collectives = requires(const S& s, float* values, double* sums, st
 template <class Strategy, class Device>
 constexpr bool zero_runs() {
   if constexpr (is_zero_v<Strategy>) {
-    static_assert(Strategy::stage != 3 || !Strategy::across_processes,
-                  "zero<3, Strategy> across processes: stage 3 (parameters sharded, gathered before each layer) "
-                  "runs within one process only, zero<3, mirrored<N>>; across processes zero<1|2, multi_worker> do");
     if constexpr (Strategy::across_processes)
       static_assert(shard_collectives<typename Strategy::sharded_strategy>,
                     "zero<Stage, Strategy> across processes: Strategy must give the shards' collectives, as "
@@ -152,8 +149,8 @@ constexpr bool zero_runs() {
                   "zero<Stage, Strategy>: one replica has nothing to share its state with; use Strategy itself "
                   "(single_device, mirrored<1>), or zero<Stage, mirrored<N>> with N >= 2");
     static_assert(std::is_same_v<Device, cpu>,
-                  "zero<Stage, Strategy> on tf::cuda is not built yet; zero<1|2, mirrored<N>> and "
-                  "zero<1|2, multi_worker> run on tf::cpu");
+                  "zero<Stage, Strategy> on tf::cuda is not built yet; zero<1|2|3, mirrored<N>> and "
+                  "zero<1|2|3, multi_worker> run on tf::cpu");
   }
   return true;
 }

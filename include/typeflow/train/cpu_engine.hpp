@@ -81,6 +81,8 @@ class engine<Net, Policy, Strategy, cpu> {
   // zero<3> the weights sharded too, each unit's gathered for it.
   static constexpr bool reduces_per_unit = replicas_type::reduces_per_unit;
   static constexpr bool gathers = replicas_type::gathers;
+  // zero<3, multi_worker>: the same across processes (train/cpu_worker_shards.hpp).
+  static constexpr bool worker_gathers = sharded_across_workers && zero_stage_v<Strategy> >= 3;
 
  public:
   engine(training_state<Net>& training, std::uint64_t seed)
@@ -92,6 +94,7 @@ class engine<Net, Policy, Strategy, cpu> {
     run_.seed = worker_seed(seed);
     context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
     if constexpr (reduces_per_unit) run_.hooks = replicas_.hooks_of_primary();  // its combinators' children are units
+    if constexpr (worker_gathers) run_.hooks = worker_shards_.hooks();
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -116,12 +119,18 @@ class engine<Net, Policy, Strategy, cpu> {
                               std::to_string(replica_count));
     if constexpr (replica_count > 1)
       if (r != 0) return replicas_.resident_state_bytes(r, memory_);
+    if constexpr (worker_gathers) return memory_.resident_bytes(0, step_base()) + worker_shards_.window_bytes();
     return memory_.resident_bytes(0, step_base());
   }
   void track_state_peaks(bool on) {
     if constexpr (reduces_per_unit) replicas_.track_peaks(on);
+    if constexpr (worker_gathers) worker_shards_.track_peaks(on, step_base());
   }
   std::size_t peak_state_bytes(int r = 0) const {
+    if constexpr (worker_gathers) {
+      if (r != 0) throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of 1");
+      return worker_shards_.peak();
+    }
     if constexpr (reduces_per_unit) {
       if (r < 0 || r >= replica_count)
         throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of " +
@@ -152,7 +161,7 @@ class engine<Net, Policy, Strategy, cpu> {
     program_.reset();
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
-    if constexpr (reduces_per_unit) {  // zero<2|3>: the gradients' pages given back (zero), the slots' zeroed
+    if constexpr (reduces_per_unit || worker_gathers) {  // zero<2|3>: the gradients' pages given back (zero), the slots' zeroed
       memory_.release(plan0::gradients_offset, plan0::trainable_bytes);
       std::memset(memory_.data() + plan0::slots_offset, 0, step_base() - plan0::slots_offset);
     } else {
@@ -187,6 +196,8 @@ class engine<Net, Policy, Strategy, cpu> {
         ++run.step;
         if constexpr (gathers)
           ops.e.replicas_.forward_sharded(r, program, ops.e.memory_);
+        else if constexpr (worker_gathers)
+          ops.e.worker_shards_.forward_sharded(program, ops.e.memory_);
         else
           program.forward();
       }
@@ -246,6 +257,8 @@ class engine<Net, Policy, Strategy, cpu> {
         e.replicas_.begin_backward();
         auto job = [&](int r) { e.replicas_.backward_sharded(r, *programs[r], e.memory_); };
         e.replicas_.each(job);
+      } else if constexpr (worker_gathers) {  // the same across processes, each worker one replica
+        e.worker_shards_.backward_sharded(*programs[0], e.memory_);
       } else if constexpr (replica_count > 1) {
         auto job = [&](int r) { programs[r]->backward(); };
         e.replicas_.each(job);
@@ -291,6 +304,7 @@ class engine<Net, Policy, Strategy, cpu> {
   template <class Data>
   void evaluate(const Data& data, std::span<callback* const> callbacks = {}) {
     constexpr int N = Data::element_type::size;
+    if constexpr (worker_gathers) worker_shards_.make_whole(memory_);  // every worker, whatever its data holds
     inference_pass<N> pass{*this, program_for<N>()};
     const double penalty = has_regularizers ? regularization_penalty() : 0.0;
     evaluation_loop<Net>(training_, data, pass, penalty, callbacks);
@@ -300,23 +314,24 @@ class engine<Net, Policy, Strategy, cpu> {
   template <class Data>
   std::vector<float> predict(const Data& data, std::span<callback* const> callbacks = {}) {
     constexpr int N = Data::element_type::size;
+    if constexpr (worker_gathers) worker_shards_.make_whole(memory_);
     return predict_loop<Net>(data, inference_pass<N>{*this, program_for<N>()}, callbacks);
   }
 
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, int n, generate_options options) {
-    if constexpr (gathers) replicas_.make_whole(memory_);
+    make_whole();
     return generate_tokens<Net::input_shape_type::template dim<0>, classes>(decoder_program(), run_, prompt, n, options);
   }
 
   // Under zero<3> replica 0's weights are gathered whole first (and freed
   // again when the next step begins).
   std::span<const float> parameters() const {
-    if constexpr (gathers) const_cast<engine*>(this)->replicas_.make_whole(const_cast<arena&>(memory_));
+    const_cast<engine*>(this)->make_whole();
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
   // For writing (load_weights, parameter()): the replicas take it before the next step.
   std::span<float> writable_parameters() {
-    if constexpr (gathers) replicas_.make_whole(memory_);
+    make_whole();
     replicas_.mark_stale();
     context_.weight_copies.weights_changed();
     return {memory_.template at<float>(0), Net::parameter_floats};
@@ -475,10 +490,18 @@ class engine<Net, Policy, Strategy, cpu> {
     run_.hooks = hooks;
     return program;
   }
+  // zero<3>: the weights gathered whole (across workers a collective),
+  // freed again when the next step begins.
+  void make_whole() {
+    if constexpr (gathers) replicas_.make_whole(memory_);
+    if constexpr (worker_gathers) worker_shards_.make_whole(memory_);
+  }
   // The regularizers' penalty on the weights (zero<3>: summed from the shards' owners).
   double regularization_penalty() {
     if constexpr (gathers)
       return replicas_.regularization_penalty(memory_.data());
+    else if constexpr (worker_gathers)
+      return worker_shards_.regularization_penalty(memory_.data());
     else
       return apply_regularizers<Net>(memory_.data(), false);
   }

@@ -86,6 +86,7 @@
 #include "typeflow/precision/loss_scale.hpp"
 #include "typeflow/train/arena.hpp"
 #include "typeflow/train/gather_window.hpp"
+#include "typeflow/train/shard_units.hpp"
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/program_slot.hpp"
@@ -153,7 +154,7 @@ class cpu_replicas {
   // zero<2|3>: each unit's gradients reduced as its backward ends, and the
   // rest of them freed; zero<3>: the weights sharded too, gathered unit by unit.
   static constexpr bool reduces_per_unit = stage >= 2 && count > 1;
-  static constexpr bool gathers = stage >= 3;
+  static constexpr bool gathers = reduces_per_unit && stage >= 3;  // within one process (across: cpu_worker_shards)
   using groups = layer_groups<Net>;
 
   explicit cpu_replicas(std::uint64_t seed) {
@@ -172,10 +173,7 @@ class cpu_replicas {
       shard_table_ = optimizers::cut_region(parameter_table<Net>::tensors(), bounds);
     }
     if constexpr (reduces_per_unit) {
-      for (const optimizers::parameter_tensor& t : parameter_table<Net>::tensors())
-        if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats)
-          statistics_.emplace_back(t.offset, t.size);
-      std::sort(statistics_.begin(), statistics_.end());
+      statistics_ = trainable_statistics<Net>();
       for (int r = 0; r < count; ++r) {
         hook_owners_[static_cast<std::size_t>(r)] = {this, r, nullptr};
         hooks_[static_cast<std::size_t>(r)] = {&hook_owners_[static_cast<std::size_t>(r)], &hook_before,
@@ -414,7 +412,7 @@ class cpu_replicas {
           gather_layer(r, k, primary);
         else
           windows_[static_cast<std::size_t>(r)].begin_unit();
-        if (!tied_sources[k]) open_gradients(r, groups::own[k].begin, groups::own[k].end, primary);
+        if (!groups::is_tied_source[k]) open_gradients(r, groups::own[k].begin, groups::own[k].end, primary);
         program.backward_layer(k);
         const auto& layer = groups::own[k];
         reduce_unit(r, layer.begin, layer.end, primary);
@@ -508,23 +506,14 @@ class cpu_replicas {
     return total;
   }
 
-  // zero<3>'s units: [from, to) floats of the trainable region.
-  // Calls f(at, n) for the runs of [from, to) outside the statistics.
+  // zero<3>'s units (train/shard_units.hpp) over shard r.
   template <class F>
   void without_statistics(std::size_t from, std::size_t to, F&& f) const {
-    std::size_t at = from;
-    for (const auto& [s, n] : statistics_) {
-      if (s + n <= at || s >= to) continue;
-      if (s > at) f(at, s - at);
-      at = std::max(at, s + n);
-    }
-    if (at < to) f(at, to - at);
+    typeflow::without_statistics(statistics_, from, to, std::forward<F>(f));
   }
-  // Calls f(from', to') for the parts of [from, to) outside shard r.
   template <class F>
   static void outside_shard(int r, std::size_t from, std::size_t to, F&& f) {
-    if (from < std::min(to, shards::begin(r))) f(from, std::min(to, shards::begin(r)));
-    if (std::max(from, shards::end(r)) < to) f(std::max(from, shards::end(r)), to);
+    outside_own(shards::begin(r), shards::end(r), from, to, std::forward<F>(f));
   }
   // Replica r's copy of [from, to)'s weights from their owners (statistics
   // are each replica's own), noted as `part` of the current unit in its
@@ -573,13 +562,8 @@ class cpu_replicas {
   // Before a unit's backward: its gradients outside shard r noted in the
   // window, and zeroed where the window holds them (freed pages read as zero).
   void open_gradients(int r, std::size_t from, std::size_t to, arena& primary) {
-    arena& memory = arena_of(r, primary);
-    constexpr std::size_t page = gather_window::page;
     outside_shard(r, from, to, [&](std::size_t a, std::size_t b) {
-      const std::size_t offset = plan0::gradients_offset + a * sizeof(float), bytes = (b - a) * sizeof(float);
-      windows_[static_cast<std::size_t>(r)].note(gather_window::gradients, offset, bytes);
-      const std::size_t first = (offset + page - 1) / page * page, last = (offset + bytes) / page * page;
-      if (first < last && memory.aliased(first)) std::memset(memory.data() + first, 0, last - first);
+      typeflow::open_gradients(windows_[static_cast<std::size_t>(r)], arena_of(r, primary), plan0::gradients_offset, a, b);
     });
   }
   std::size_t window_bytes(int r) const {
@@ -588,15 +572,6 @@ class cpu_replicas {
     else
       return 0;
   }
-  // The units whose matrix another reads (tied_logits' embedding): gathered
-  // with that one too (the window's tied part), their gradients summed over
-  // both backwards (private pages).
-  static constexpr std::array<bool, groups::count> tied_sources = [] {
-    std::array<bool, groups::count> tied{};
-    for (std::size_t i = 0; i < groups::count; ++i)
-      if (groups::tied_source[i] < groups::count) tied[groups::tied_source[i]] = true;
-    return tied;
-  }();
   // A top-level layer that is not a combinator: its weights and a tied matrix.
   void gather_layer(int r, std::size_t i, arena& primary) {
     windows_[static_cast<std::size_t>(r)].begin_unit();
@@ -604,7 +579,7 @@ class cpu_replicas {
       gather(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary,
              gather_window::tied_weights);
     gather(r, groups::own[i].begin, groups::own[i].end, primary,
-           tied_sources[i] ? gather_window::tied_weights : gather_window::weights);
+           groups::is_tied_source[i] ? gather_window::tied_weights : gather_window::weights);
   }
   void free_layer_weights(int r, std::size_t i, arena& primary) {
     free_weights(r, groups::own[i].begin, groups::own[i].end, primary);

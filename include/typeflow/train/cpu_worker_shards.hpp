@@ -19,6 +19,18 @@
 //                   worker. batch_norm's moving statistics stay each
 //                   worker's own, as under multi_worker.
 //
+// zero<3, multi_worker> also shards the weights, as zero<3, mirrored<N>>
+// does within a process (train/cpu_replicas.hpp says how): each unit's
+// weights are all-gathered over the unit's range just before its forward
+// and again before its backward, and freed after; as its backward ends, a
+// reduce-scatter over the unit's range leaves this worker its shard's part
+// of the mean gradient, and the rest is freed (forward_sharded(),
+// backward_sharded(), and the combinators' children through the hooks).
+// The update reads only the shard, and no all-gather follows. What reads
+// the weights outside a step (evaluate, predict, generate, parameters(),
+// save_weights, checkpoints) gathers them whole first (make_whole(): a
+// collective, which every worker calls), and the next step frees them.
+//
 // The arena is the engine's, its slots one shard each (slot_stride(): ceil(T
 // / W) rounded up to 16 floats), so W workers' slots take the memory of one
 // worker's under multi_worker. gather_gradients() and gather_slot() are
@@ -31,11 +43,15 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "typeflow/contract/layer.hpp"
+#include "typeflow/distribute/layer_groups.hpp"
 #include "typeflow/distribute/zero.hpp"
 #include "typeflow/model/memory_plan.hpp"
 #include "typeflow/optimizers/sharded_update.hpp"
@@ -43,6 +59,7 @@
 #include "typeflow/train/non_finite.hpp"
 #include "typeflow/train/parameter_table.hpp"
 #include "typeflow/train/regularization.hpp"
+#include "typeflow/train/shard_units.hpp"
 
 namespace typeflow {
 
@@ -54,6 +71,8 @@ class cpu_worker_shards {
 
  public:
   static constexpr int stage = zero_stage_v<Strategy>;
+  static constexpr bool gathers = stage >= 3;
+  using groups = layer_groups<Net>;
 
   explicit cpu_worker_shards(const workers_type& workers)
       : workers_(&workers),
@@ -73,7 +92,11 @@ class cpu_worker_shards {
     std::size_t kept = 0;
     for (const auto& piece : kept_statistics_) kept += piece.size;
     statistics_copy_.resize(kept);
+    statistics_ = trainable_statistics<Net>();
+    unit_bounds_.resize(bounds_.size());
   }
+  cpu_worker_shards(const cpu_worker_shards&) = delete;  // the hooks point at it
+  cpu_worker_shards& operator=(const cpu_worker_shards&) = delete;
 
   int workers() const { return count_; }
   // The bytes of one optimizer slot in the arena: one shard.
@@ -85,7 +108,9 @@ class cpu_worker_shards {
 
   // After backward: the mean gradient (zero<1>) or this worker's shard of it (zero<2>).
   void reduce_gradients(std::byte* arena) const {
-    if constexpr (stage >= 2)
+    if constexpr (gathers)
+      return;  // zero<3>: reduced unit by unit as backward went
+    else if constexpr (stage >= 2)
       workers_->reduce_scatter_mean(gradients(arena), bounds_);
     else
       workers_->all_reduce_mean(gradients(arena), trainable);
@@ -126,18 +151,10 @@ class cpu_worker_shards {
     throw std::runtime_error(step + ": another worker failed (its error is in its output); worker " +
                              std::to_string(rank_) + " stopped too, changing nothing");
   }
-  double apply_regularizers_to_shards(std::byte* arena) const {
-    const float* weights = reinterpret_cast<const float*>(arena);
-    float* grads = gradients(arena);
-    double total = 0;
-    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
-      const std::size_t first = offset / sizeof(float);
-      const std::size_t from = std::max(first, begin()), to = std::min(first + floats, begin() + size());
-      if (from < to) total += Regularizer::apply(weights + from, grads + from, to - from);
-    });
-    workers_->all_reduce_sum(&total, 1, "the regularizers' penalty");
-    return total;
-  }
+  double apply_regularizers_to_shards(std::byte* arena) const { return regularize_shard(arena, true); }
+  // zero<3>: the penalty alone (evaluate, a skipped step), from the owners'
+  // weights: outside its shard a worker's are freed.
+  double regularization_penalty(std::byte* arena) const { return regularize_shard(arena, false); }
 
   // The update's arguments for this worker's shard alone; `arena` is the engine's.
   optimizers::sharded_update sharded_update(std::byte* arena, std::int64_t iteration) {
@@ -165,8 +182,10 @@ class cpu_worker_shards {
     return u;
   }
 
-  // After an update: every shard's weights from its owner (statistics stay).
+  // After an update: every shard's weights from its owner (statistics stay;
+  // zero<3>: none, the next step gathers).
   void after_update(float* weights) {
+    if constexpr (gathers) return;
     float* kept = statistics_copy_.data();
     for (const auto& piece : kept_statistics_) kept = std::copy_n(weights + piece.offset, piece.size, kept);
     workers_->all_gather(weights, bounds_);
@@ -176,6 +195,74 @@ class cpu_worker_shards {
       kept += piece.size;
     }
   }
+
+  // zero<3>: this worker's forward, unit by unit: each unit's weights
+  // gathered from their owners before it and freed after.
+  template <class Program>
+  void forward_sharded(Program& program, arena& memory) {
+    static_assert(gathers, "cpu_worker_shards::forward_sharded: only under zero<3>");
+    start_units(memory);
+    for (std::size_t i = 0; i < groups::count; ++i) {
+      if (groups::per_child[i]) {  // the combinator's hooks gather child by child
+        program.forward_layer(i);
+        continue;
+      }
+      gather_layer(i);
+      program.forward_layer(i);
+      free_layer_weights(i);
+    }
+  }
+  // zero<3>: the backward, unit by unit from the top: the weights gathered,
+  // the unit's backward, its gradients reduce-scattered (this worker keeps
+  // its shard's part of the mean), the rest of them and the weights freed.
+  template <class Program>
+  void backward_sharded(Program& program, arena& memory) {
+    static_assert(gathers, "cpu_worker_shards::backward_sharded: only under zero<3>");
+    memory_ = &memory;
+    backward_ = true;
+    struct leave {
+      bool& flag;
+      ~leave() { flag = false; }
+    } in_backward{backward_};
+    for (std::size_t k = groups::count; k-- > 0;) {
+      if (groups::per_child[k]) {
+        program.backward_layer(k);
+        continue;
+      }
+      gather_layer(k);
+      if (!groups::is_tied_source[k]) open_unit_gradients(groups::own[k].begin, groups::own[k].end);
+      program.backward_layer(k);
+      reduce_unit(groups::own[k].begin, groups::own[k].end);
+      free_layer_weights(k);
+    }
+  }
+  // zero<3>: the whole trainable region gathered, for whatever reads the
+  // weights outside a step (a collective: every worker calls it); the next
+  // step frees it again.
+  void make_whole(arena& memory) {
+    if constexpr (gathers) {
+      if (whole_) return;
+      memory.unalias();  // the whole region private again; the next step maps the window anew
+      memory_ = &memory;
+      gather(0, trainable, std::nullopt);
+      whole_ = true;
+    }
+  }
+  // zero<3>: the combinators' hooks, for the engine's run_state.
+  const parameter_hooks* hooks() {
+    hooks_ = {this, &hook_before, &hook_after_forward, &hook_after_backward};
+    return &hooks_;
+  }
+  // zero<3>: the window's bytes (its pages shared by every unit), and the
+  // most this worker's weights, gradients and slots held after a gather since
+  // track_peaks(true), bound to `state_bytes` (the region before the step's).
+  std::size_t window_bytes() const { return window_.resident_bytes(); }
+  void track_peaks(bool on, std::size_t state_bytes) {
+    tracking_ = on;
+    state_bytes_ = state_bytes;
+    peak_ = 0;
+  }
+  std::size_t peak() const { return peak_; }
 
   // Collectives: the mean gradient (zero<2>) and slot s, whole, into `into`
   // (trainable floats); and slot s's shard taken from a whole `from`.
@@ -203,6 +290,131 @@ class cpu_worker_shards {
 
  private:
   static float* gradients(std::byte* arena) { return reinterpret_cast<float*>(arena + plan0::gradients_offset); }
+
+  // The regularizers over this worker's shard (adding their gradients, or
+  // not), the penalty summed over the workers.
+  double regularize_shard(std::byte* arena, bool add_gradients) const {
+    const float* weights = reinterpret_cast<const float*>(arena);
+    float* grads = gradients(arena);
+    double total = 0;
+    for_each_regularized<Net>([&]<class Regularizer>(std::size_t offset, std::size_t floats) {
+      const std::size_t first = offset / sizeof(float);
+      const std::size_t from = std::max(first, begin()), to = std::min(first + floats, begin() + size());
+      if (from < to)
+        total += add_gradients ? Regularizer::apply(weights + from, grads + from, to - from)
+                               : Regularizer::penalty(weights + from, to - from);
+    });
+    workers_->all_reduce_sum(&total, 1, "the regularizers' penalty");
+    return total;
+  }
+  // zero<3>'s units (train/shard_units.hpp) over this worker's shard.
+  template <class F>
+  void outside_shard(std::size_t from, std::size_t to, F&& f) const {
+    outside_own(begin(), begin() + size(), from, to, std::forward<F>(f));
+  }
+  // A unit's bounds for the collectives: the job's cut, clipped to [from, to)
+  // and counted from `from`.
+  std::span<const std::size_t> unit_bounds(std::size_t from, std::size_t to) {
+    for (std::size_t w = 0; w < bounds_.size(); ++w) unit_bounds_[w] = std::clamp(bounds_[w], from, to) - from;
+    return unit_bounds_;
+  }
+  // The first step's units, or after make_whole: the weights outside the
+  // shard freed, the window mapped over what the steps have gathered.
+  void start_units(arena& memory) {
+    memory_ = &memory;
+    if (whole_) {
+      free_weights(0, trainable);
+      whole_ = false;
+    }
+    window_.map(memory);
+  }
+  // [from, to)'s weights from their owners, noted as `part` of the current
+  // unit in the window (make_whole's whole region: not noted). This worker's
+  // statistics outside its shard stay its own.
+  void gather(std::size_t from, std::size_t to, std::optional<gather_window::part> part = gather_window::weights) {
+    float* weights = memory_->template at<float>(0);
+    if (part)
+      outside_shard(from, to, [&](std::size_t a, std::size_t b) {
+        without_statistics(statistics_, a, b, [&](std::size_t at, std::size_t n) {
+          window_.note(*part, at * sizeof(float), n * sizeof(float));
+        });
+      });
+    float* kept = statistics_copy_.data();
+    for (const auto& piece : kept_statistics_)
+      if (piece.offset < to && piece.offset + piece.size > from) kept = std::copy_n(weights + piece.offset, piece.size, kept);
+    workers_->all_gather(weights + from, unit_bounds(from, to), "a zero<3> unit's all-gather of its weights");
+    kept = statistics_copy_.data();
+    for (const auto& piece : kept_statistics_)
+      if (piece.offset < to && piece.offset + piece.size > from) {
+        std::copy_n(kept, piece.size, weights + piece.offset);
+        kept += piece.size;
+      }
+    note_peak();
+  }
+  void free_weights(std::size_t from, std::size_t to) {
+    outside_shard(from, to, [&](std::size_t a, std::size_t b) {
+      without_statistics(statistics_, a, b, [&](std::size_t at, std::size_t n) {
+        memory_->release(at * sizeof(float), n * sizeof(float));
+      });
+    });
+  }
+  void open_unit_gradients(std::size_t from, std::size_t to) {
+    outside_shard(from, to, [&](std::size_t a, std::size_t b) {
+      open_gradients(window_, *memory_, plan0::gradients_offset, a, b);
+    });
+  }
+  // After the unit's backward: this worker's shard's part of its mean
+  // gradient, then the rest of its gradients freed.
+  void reduce_unit(std::size_t from, std::size_t to) {
+    if (from >= to) return;
+    note_peak();
+    workers_->reduce_scatter_mean(gradients(memory_->data()) + from, unit_bounds(from, to),
+                                  "a zero<3> unit's gradient reduce-scatter");
+    outside_shard(from, to, [&](std::size_t a, std::size_t b) {
+      memory_->release(plan0::gradients_offset + a * sizeof(float), (b - a) * sizeof(float));
+    });
+  }
+  // A top-level layer that is not a combinator: its weights and a tied matrix.
+  void gather_layer(std::size_t i) {
+    window_.begin_unit();
+    if (groups::tied_source[i] < groups::count)
+      gather(groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end,
+             gather_window::tied_weights);
+    gather(groups::own[i].begin, groups::own[i].end,
+           groups::is_tied_source[i] ? gather_window::tied_weights : gather_window::weights);
+  }
+  void free_layer_weights(std::size_t i) {
+    free_weights(groups::own[i].begin, groups::own[i].end);
+    if (groups::tied_source[i] < groups::count)
+      free_weights(groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end);
+  }
+  void note_peak() {
+    if (tracking_) peak_ = std::max(peak_, memory_->resident_bytes(0, state_bytes_) + window_.resident_bytes());
+  }
+  // The combinators' children, through parameter_hooks: params is the
+  // child's first weight in this worker's arena.
+  std::pair<std::size_t, std::size_t> unit_of(const float* params, std::size_t floats) const {
+    const std::size_t at = static_cast<std::size_t>(params - memory_->template at<float>(0));
+    return {at, at + floats};
+  }
+  static void hook_before(void* owner, const float* params, std::size_t floats) {
+    auto& self = *static_cast<cpu_worker_shards*>(owner);
+    const auto [from, to] = self.unit_of(params, floats);
+    self.window_.begin_unit();
+    self.gather(from, to);
+    if (self.backward_) self.open_unit_gradients(from, to);
+  }
+  static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
+    auto& self = *static_cast<cpu_worker_shards*>(owner);
+    const auto [from, to] = self.unit_of(params, floats);
+    self.free_weights(from, to);
+  }
+  static void hook_after_backward(void* owner, const float* params, std::size_t floats) {
+    auto& self = *static_cast<cpu_worker_shards*>(owner);
+    const auto [from, to] = self.unit_of(params, floats);
+    self.reduce_unit(from, to);
+    self.free_weights(from, to);
+  }
   float* slot_shard(int s, std::byte* arena) const {
     return reinterpret_cast<float*>(arena + plan0::slots_offset + static_cast<std::size_t>(s) * slot_stride());
   }
@@ -213,6 +425,16 @@ class cpu_worker_shards {
   std::vector<optimizers::region_shard> table_;
   std::vector<optimizers::parameter_tensor> kept_statistics_;  // offsets from the region's start
   std::vector<float> statistics_copy_;
+  // zero<3>:
+  std::vector<std::pair<std::size_t, std::size_t>> statistics_;  // all of them in the trainable region
+  std::vector<std::size_t> unit_bounds_;                         // count_ + 1, for one unit's collectives
+  arena* memory_ = nullptr;  // the engine's, set as a step (or make_whole) begins
+  gather_window window_;
+  parameter_hooks hooks_{};
+  bool whole_ = true;  // the weights whole (at first, and after make_whole)
+  bool backward_ = false;
+  bool tracking_ = false;
+  std::size_t state_bytes_ = 0, peak_ = 0;
   optimizers::update_arguments arguments_;
   std::vector<float*> slot_pointers_;
 };

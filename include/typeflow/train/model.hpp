@@ -322,8 +322,11 @@ class model {
   // options.rename's name (one renamed to "" is left out), with
   // options.metadata; e.g. Hugging Face's GPT-2 layout, io/hf_gpt2.hpp.
   void save_weights(const std::filesystem::path& path, const io::save_weights_options& options) const {
-    if (!is_chief()) return;  // every worker holds the same weights; the chief writes them
+    // Every worker holds the same weights; the chief writes them. (Under
+    // zero<3, multi_worker> each holds a shard: gathering them whole is a
+    // collective, which every worker joins.)
     const std::span<const float> region = engine_.parameters();
+    if (!is_chief()) return;
     std::vector<std::vector<float>> values;  // rows unpadded, as the file wants them
     std::vector<io::tensor_to_write> tensors;
     parameters::for_each([&](const parameter_info& p) {
@@ -772,6 +775,7 @@ class model {
                                      count);
       });
       shards.here.clear();  // the chief moves every worker's staged file in, its own too
+      (void)engine_.parameters();  // zero<3>: the weights gathered whole, a collective that every worker joins
       on_every_rank("save_checkpoint", [&] {
         if (is_chief()) written = write_checkpoint_here(dir, options, 0, &shards);
       });
