@@ -19,8 +19,9 @@
 #    worker with the same threads per worker); 100% is perfect scaling.
 #
 # --zero instead takes turns between N workers under multi_worker, zero<1,
-# multi_worker> and zero<2, multi_worker> (each worker keeping its shard of
-# Adam's slots, and of the mean gradient), and prints each one's samples/s,
+# multi_worker>, zero<2, multi_worker> and zero<3, multi_worker> (each worker
+# keeping its shard of Adam's slots, of the mean gradient, and of the
+# weights, gathered layer by layer), and prints each one's samples/s,
 # rank 0's arena and its step time against multi_worker's.
 #
 # Every figure counts global samples per second. allreduce_ms is one
@@ -64,7 +65,7 @@ echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p')
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 if ((zero)); then
-  strategies=(multi_worker zero1 zero2)
+  strategies=(multi_worker zero1 zero2 zero3)
   declare -A rates arenas
   for ((round = 1; round <= repeat; ++round)); do
     for strategy in "${strategies[@]}"; do

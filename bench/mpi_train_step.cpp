@@ -7,9 +7,9 @@
 //   build/bench/mpi_train_step [STEPS=40] [STRATEGY]               one worker, batch 256
 //   mpirun -np 2 build/bench/mpi_train_step [STEPS=40] [STRATEGY]  two workers, 128 each
 //
-// STRATEGY: multi_worker (the default), zero1 or zero2: zero<1|2,
+// STRATEGY: multi_worker (the default), zero1, zero2 or zero3: zero<1|2|3,
 // multi_worker>, each worker keeping its shard of Adam's slots (and of the
-// mean gradient), distribute/zero.hpp.
+// mean gradient; and of the weights), distribute/zero.hpp.
 //
 // Rank 0 prints one line of key=value pairs: the strategy, the workers, OpenMP
 // threads per worker, the batches, the timed steps and seconds (between
@@ -102,11 +102,13 @@ int run_with(int steps) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 40;
   const std::string strategy = argc > 2 ? argv[2] : "multi_worker";
-  if (steps < 1 || (strategy != "multi_worker" && strategy != "zero1" && strategy != "zero2")) {
-    std::fprintf(stderr, "usage: %s [STEPS >= 1] [multi_worker | zero1 | zero2]\n", argv[0]);
+  if (steps < 1 ||
+      (strategy != "multi_worker" && strategy != "zero1" && strategy != "zero2" && strategy != "zero3")) {
+    std::fprintf(stderr, "usage: %s [STEPS >= 1] [multi_worker | zero1 | zero2 | zero3]\n", argv[0]);
     return 2;
   }
   if (strategy == "zero1") return run_with<tf::zero<1, tf::multi_worker>>(steps);
   if (strategy == "zero2") return run_with<tf::zero<2, tf::multi_worker>>(steps);
+  if (strategy == "zero3") return run_with<tf::zero<3, tf::multi_worker>>(steps);
   return run_with<tf::multi_worker>(steps);
 }
