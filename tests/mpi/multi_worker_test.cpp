@@ -306,6 +306,24 @@ void zero_checks() {
   check_zero_matches<3, PerWorker>(shard, ema, "adamw with use_ema");
   check_zero_matches<3, PerWorker, repeat_net>(shard, tf::optimizers::adam{}, "adam, repeat<3, dense<32>>");
   {
+    // The callbacks that save or read the weights call on every worker (the
+    // chief writes): under zero<3> gathering the weights is a collective.
+    tf::model<net, tf::float32, tf::zero<3, tf::multi_worker>> m{4};
+    compile(m);
+    const std::filesystem::path dir = job_path("zero_test_callbacks");
+    tf::callbacks::model_checkpoint each_epoch(dir / "ckpt", {.monitor = "loss"});
+    tf::callbacks::model_checkpoint weights(dir / "weights.safetensors", {.monitor = "loss", .save_weights_only = true});
+    tf::callbacks::tensorboard board(dir / "logs", {.histogram_freq = 1});
+    m.fit(shard | tf::data::take(2), {.epochs = 2, .callbacks = {&each_epoch, &weights, &board}, .verbose = 0});
+    m.strategy().inner.barrier();
+    if (rank == 0)
+      check(tf::io::list_checkpoints(dir / "ckpt").size() == 2 && std::filesystem::exists(dir / "weights.safetensors"),
+            "zero<3, multi_worker>: model_checkpoint and tensorboard's histograms run on every worker, the chief "
+            "writes two checkpoints and the weights");
+    m.strategy().inner.barrier();
+    if (rank == 0) std::filesystem::remove_all(dir);
+  }
+  {
     // zero<3>'s memory: a worker's weights, gradients and slots peak at its
     // shards and one layer's gathered weights and gradients, against
     // multi_worker's whole state on every worker.

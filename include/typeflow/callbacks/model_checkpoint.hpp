@@ -178,13 +178,15 @@ class model_checkpoint : public callback {
       best_ = *current;
     }
     const std::filesystem::path path = detail::format_filepath(filepath_, epoch_, batch, l);
-    if (!model()->is_chief()) return;
+    // Every worker calls the save, and the chief writes: under zero<k,
+    // multi_worker> each worker holds a shard, and saving is a collective.
     if (options_.save_weights_only)
       model()->save_weights(path);
     else
       model()->save_checkpoint(path);
     last_saved_ = path;
-    if (options_.verbose > 0) std::printf("\nEpoch %d: saving model to %s\n", epoch_ + 1, path.c_str());
+    if (options_.verbose > 0 && model()->is_chief())
+      std::printf("\nEpoch %d: saving model to %s\n", epoch_ + 1, path.c_str());
   }
 
   std::string filepath_;

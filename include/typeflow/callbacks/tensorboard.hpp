@@ -101,7 +101,13 @@ class tensorboard : public callback {
   }
 
   void on_epoch_end(const epoch_info& info, const logs& epoch_logs) override {
-    if (!writing_) return;
+    const bool histograms = options_.histogram_freq > 0 && info.epoch % options_.histogram_freq == 0 && model();
+    // Every worker reads the weights (under zero<3, multi_worker> gathering
+    // them is a collective); the chief writes.
+    if (!writing_) {
+      if (histograms) model()->for_each_parameter([](std::string_view, std::span<const float>) {});
+      return;
+    }
     for (const log_entry& entry : epoch_logs) {
       if (entry.name.starts_with("val_")) {
         const std::string_view name = entry.name.substr(4);
@@ -112,7 +118,7 @@ class tensorboard : public callback {
         train_->add_scalar(tag("epoch_", entry.name), entry.value, info.epoch);
       }
     }
-    if (options_.histogram_freq > 0 && info.epoch % options_.histogram_freq == 0 && model())
+    if (histograms)
       model()->for_each_parameter([&](std::string_view name, std::span<const float> values) {
         train_->add_histogram(name, io::histogram::of(values), info.epoch);
       });
