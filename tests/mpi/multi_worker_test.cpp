@@ -345,6 +345,19 @@ void zero_checks() {
           "zero<3, multi_worker>'s worker peaks at " + std::to_string(peak) + " bytes of weights, gradients and "
               "slots: its shards and one layer's (" + std::to_string(expected) + " planned); multi_worker's hold " +
               std::to_string(whole));
+    // zero<2>: the weights whole, and a shard of the gradients (one layer's
+    // beyond it as backward goes) and of Adam's two slots.
+    tf::model<deep, tf::float32, tf::zero<2, tf::multi_worker>> stage2{4};
+    compile(stage2);
+    stage2.fit(shard | tf::data::take(2), {.epochs = 1, .verbose = 0});
+    stage2.track_state_peaks();
+    stage2.fit(shard | tf::data::take(2), {.epochs = 1, .verbose = 0});
+    const std::size_t quarter = whole / 4;  // the weights (multi_worker holds them, the gradients and two slots)
+    const std::size_t expected2 = quarter + 3 * quarter / static_cast<std::size_t>(workers) + unit / 2;
+    check(stage2.peak_state_bytes() <= expected2 + expected2 / 10 + 64 * 1024,
+          "zero<2, multi_worker>'s worker peaks at " + std::to_string(stage2.peak_state_bytes()) +
+              " bytes: the weights, its shards of the gradients and slots and one layer's gradients (" +
+              std::to_string(expected2) + " planned)");
 #else
     (void)peak, (void)expected;
     if (rank == 0)

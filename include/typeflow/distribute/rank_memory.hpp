@@ -7,10 +7,9 @@
 //                   of the trainable ones (and the frozen ones whole)
 //   gradients       all trainable floats, or under zero<2|3, mirrored<N>> its
 //                   shard: each unit's (layer's) are reduced as its backward
-//                   ends and the rest freed. (zero<2, multi_worker> keeps
-//                   only its shard of the mean, reduced_gradient_bytes, but
-//                   backward writes the whole region before the
-//                   reduce-scatter.)
+//                   ends and the rest freed. (zero<2|3, multi_worker> does
+//                   the same, but the plan cannot know the workers: it
+//                   counts the whole region, an upper bound.)
 //   slots           per optimizer slot, on the replica that holds the most:
 //                   all trainable floats on replica 0 (single_device,
 //                   mirrored<N>: replicas 1..N-1 hold none), or one shard on

@@ -81,7 +81,8 @@ class engine<Net, Policy, Strategy, cpu> {
   // zero<3> the weights sharded too, each unit's gathered for it.
   static constexpr bool reduces_per_unit = replicas_type::reduces_per_unit;
   static constexpr bool gathers = replicas_type::gathers;
-  // zero<3, multi_worker>: the same across processes (train/cpu_worker_shards.hpp).
+  // zero<2|3, multi_worker>: the same across processes (train/cpu_worker_shards.hpp).
+  static constexpr bool worker_reduces_per_unit = sharded_across_workers && zero_stage_v<Strategy> >= 2;
   static constexpr bool worker_gathers = sharded_across_workers && zero_stage_v<Strategy> >= 3;
 
  public:
@@ -94,7 +95,7 @@ class engine<Net, Policy, Strategy, cpu> {
     run_.seed = worker_seed(seed);
     context_.weight_copies.kept = true;  // versioned here: writable_parameters() and every update
     if constexpr (reduces_per_unit) run_.hooks = replicas_.hooks_of_primary();  // its combinators' children are units
-    if constexpr (worker_gathers) run_.hooks = worker_shards_.hooks();
+    if constexpr (worker_reduces_per_unit) run_.hooks = worker_shards_.hooks();
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -119,15 +120,15 @@ class engine<Net, Policy, Strategy, cpu> {
                               std::to_string(replica_count));
     if constexpr (replica_count > 1)
       if (r != 0) return replicas_.resident_state_bytes(r, memory_);
-    if constexpr (worker_gathers) return memory_.resident_bytes(0, step_base()) + worker_shards_.window_bytes();
+    if constexpr (worker_reduces_per_unit) return memory_.resident_bytes(0, step_base()) + worker_shards_.window_bytes();
     return memory_.resident_bytes(0, step_base());
   }
   void track_state_peaks(bool on) {
     if constexpr (reduces_per_unit) replicas_.track_peaks(on);
-    if constexpr (worker_gathers) worker_shards_.track_peaks(on, step_base());
+    if constexpr (worker_reduces_per_unit) worker_shards_.track_peaks(on, step_base());
   }
   std::size_t peak_state_bytes(int r = 0) const {
-    if constexpr (worker_gathers) {
+    if constexpr (worker_reduces_per_unit) {
       if (r != 0) throw std::out_of_range("peak_state_bytes: replica " + std::to_string(r) + " of 1");
       return worker_shards_.peak();
     }
@@ -161,7 +162,7 @@ class engine<Net, Policy, Strategy, cpu> {
     program_.reset();
     context_.weight_copies.clear();
     memory_.reserve(step_base(), plan0::gradients_offset);
-    if constexpr (reduces_per_unit || worker_gathers) {  // zero<2|3>: the gradients' pages given back (zero), the slots' zeroed
+    if constexpr (reduces_per_unit || worker_reduces_per_unit) {  // zero<2|3>: the gradients' pages given back (zero), the slots' zeroed
       memory_.release(plan0::gradients_offset, plan0::trainable_bytes);
       std::memset(memory_.data() + plan0::slots_offset, 0, step_base() - plan0::slots_offset);
     } else {
@@ -257,7 +258,7 @@ class engine<Net, Policy, Strategy, cpu> {
         e.replicas_.begin_backward();
         auto job = [&](int r) { e.replicas_.backward_sharded(r, *programs[r], e.memory_); };
         e.replicas_.each(job);
-      } else if constexpr (worker_gathers) {  // the same across processes, each worker one replica
+      } else if constexpr (worker_reduces_per_unit) {  // the same across processes, each worker one replica
         e.worker_shards_.backward_sharded(*programs[0], e.memory_);
       } else if constexpr (replica_count > 1) {
         auto job = [&](int r) { programs[r]->backward(); };

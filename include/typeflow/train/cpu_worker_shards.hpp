@@ -5,9 +5,10 @@
 // run time into as many shards as the job has workers (shard_bounds):
 //
 //   reduce_gradients()  after backward: zero<1> the mean of the whole
-//                   gradient, as multi_worker's all-reduce; zero<2> a
-//                   reduce-scatter: the worker's shard of the mean, in place
-//                   in its gradient region;
+//                   gradient, as multi_worker's all-reduce; zero<2|3>
+//                   nothing: backward_sharded() reduce-scattered each unit's
+//                   gradients as its backward ended (the worker's shard of
+//                   the mean, in place), and freed the rest;
 //   all_updatable(), unscale_all_finite(), apply_regularizers_to_shards()
 //                   zero<2>'s per-gradient steps over the worker's shard,
 //                   one verdict (and one penalty) for all, summed over the
@@ -71,6 +72,9 @@ class cpu_worker_shards {
 
  public:
   static constexpr int stage = zero_stage_v<Strategy>;
+  // zero<2|3>: each unit's gradients reduce-scattered as its backward ends;
+  // zero<3>: the weights sharded too, each unit's gathered for it.
+  static constexpr bool reduces_per_unit = stage >= 2;
   static constexpr bool gathers = stage >= 3;
   using groups = layer_groups<Net>;
 
@@ -108,8 +112,8 @@ class cpu_worker_shards {
 
   // After backward: the mean gradient (zero<1>) or this worker's shard of it (zero<2>).
   void reduce_gradients(std::byte* arena) const {
-    if constexpr (gathers)
-      return;  // zero<3>: reduced unit by unit as backward went
+    if constexpr (reduces_per_unit)
+      return;  // zero<2|3>: reduced unit by unit as backward went
     else if constexpr (stage >= 2)
       workers_->reduce_scatter_mean(gradients(arena), bounds_);
     else
@@ -212,13 +216,15 @@ class cpu_worker_shards {
       free_layer_weights(i);
     }
   }
-  // zero<3>: the backward, unit by unit from the top: the weights gathered,
-  // the unit's backward, its gradients reduce-scattered (this worker keeps
-  // its shard's part of the mean), the rest of them and the weights freed.
+  // zero<2|3>: the backward, unit by unit from the top: (zero<3>: the
+  // weights gathered,) the unit's backward, its gradients reduce-scattered
+  // (this worker keeps its shard's part of the mean), the rest of them (and
+  // the weights) freed.
   template <class Program>
   void backward_sharded(Program& program, arena& memory) {
-    static_assert(gathers, "cpu_worker_shards::backward_sharded: only under zero<3>");
+    static_assert(reduces_per_unit, "cpu_worker_shards::backward_sharded: only under zero<2|3>");
     memory_ = &memory;
+    if constexpr (!gathers) window_.map(memory);  // zero<2>: no gradient is held now
     backward_ = true;
     struct leave {
       bool& flag;
@@ -229,11 +235,14 @@ class cpu_worker_shards {
         program.backward_layer(k);
         continue;
       }
-      gather_layer(k);
+      if constexpr (gathers)
+        gather_layer(k);
+      else
+        window_.begin_unit();
       if (!groups::is_tied_source[k]) open_unit_gradients(groups::own[k].begin, groups::own[k].end);
       program.backward_layer(k);
       reduce_unit(groups::own[k].begin, groups::own[k].end);
-      free_layer_weights(k);
+      if constexpr (gathers) free_layer_weights(k);
     }
   }
   // zero<3>: the whole trainable region gathered, for whatever reads the
@@ -248,7 +257,7 @@ class cpu_worker_shards {
       whole_ = true;
     }
   }
-  // zero<3>: the combinators' hooks, for the engine's run_state.
+  // zero<2|3>: the combinators' hooks, for the engine's run_state.
   const parameter_hooks* hooks() {
     hooks_ = {this, &hook_before, &hook_after_forward, &hook_after_backward};
     return &hooks_;
@@ -397,23 +406,28 @@ class cpu_worker_shards {
     const std::size_t at = static_cast<std::size_t>(params - memory_->template at<float>(0));
     return {at, at + floats};
   }
+  // (zero<2> holds the weights whole: its hooks only reduce, in backward;
+  // its forward, evaluate's and predict's, call them with no arena set.)
   static void hook_before(void* owner, const float* params, std::size_t floats) {
     auto& self = *static_cast<cpu_worker_shards*>(owner);
+    if (!gathers && !self.backward_) return;
     const auto [from, to] = self.unit_of(params, floats);
     self.window_.begin_unit();
-    self.gather(from, to);
+    if constexpr (gathers) self.gather(from, to);
     if (self.backward_) self.open_unit_gradients(from, to);
   }
   static void hook_after_forward(void* owner, const float* params, std::size_t floats) {
-    auto& self = *static_cast<cpu_worker_shards*>(owner);
-    const auto [from, to] = self.unit_of(params, floats);
-    self.free_weights(from, to);
+    if constexpr (gathers) {
+      auto& self = *static_cast<cpu_worker_shards*>(owner);
+      const auto [from, to] = self.unit_of(params, floats);
+      self.free_weights(from, to);
+    }
   }
   static void hook_after_backward(void* owner, const float* params, std::size_t floats) {
     auto& self = *static_cast<cpu_worker_shards*>(owner);
     const auto [from, to] = self.unit_of(params, floats);
     self.reduce_unit(from, to);
-    self.free_weights(from, to);
+    if constexpr (gathers) self.free_weights(from, to);
   }
   float* slot_shard(int s, std::byte* arena) const {
     return reinterpret_cast<float*>(arena + plan0::slots_offset + static_cast<std::size_t>(s) * slot_stride());
