@@ -233,12 +233,6 @@ inline std::optional<std::filesystem::path> place_checkpoint(const std::filesyst
   return aside;
 }
 
-// "%08x" of a CRC.
-inline std::string crc_text(std::uint32_t crc) {
-  char text[9];
-  std::snprintf(text, sizeof text, "%08x", crc);
-  return text;
-}
 
 }  // namespace detail
 
@@ -333,7 +327,7 @@ TYPEFLOW_IO_INLINE std::filesystem::path write_checkpoint(const std::filesystem:
   nlohmann::ordered_json with_checksums = manifest;
   nlohmann::ordered_json checksums = nlohmann::ordered_json::object();
   for (const auto& t : tensors)
-    checksums[t.name] = detail::crc_text(crc32c(std::span(static_cast<const std::byte*>(t.data), t.bytes)));
+    checksums[t.name] = crc32c_text(std::span(static_cast<const std::byte*>(t.data), t.bytes));
   with_checksums["checksums"] = std::move(checksums);
 
   const std::filesystem::path temp = dir / detail::hidden_name(name, "tmp");
@@ -471,7 +465,7 @@ TYPEFLOW_IO_INLINE checkpoint_read read_checkpoint_at(const std::filesystem::pat
       if (recorded == sums->end() || !recorded->is_string())
         throw std::runtime_error("load_checkpoint: " + file + " holds \"" + excerpt(t.name) +
                                  "\", which manifest.json records no checksum for");
-      const std::string computed = detail::crc_text(crc32c(tensors.data(t.name)));
+      const std::string computed = crc32c_text(tensors.data(t.name));
       if (recorded->get<std::string>() != computed)
         throw std::runtime_error("load_checkpoint: " + file + ": the data of \"" + excerpt(t.name) +
                                  "\" does not match the CRC-32C that manifest.json recorded (" +

@@ -99,8 +99,7 @@ TYPEFLOW_IO_INLINE checkpoint_shard_layout::file write_checkpoint_shard(const st
                                               {"begin", std::to_string(shard.begin)},
                                               {"end", std::to_string(shard.end)}};
   for (const tensor_to_write& t : shard.tensors) {
-    char crc[9];
-    std::snprintf(crc, sizeof crc, "%08x", crc32c(std::span(static_cast<const std::byte*>(t.data), t.bytes)));
+    const std::string crc = crc32c_text(std::span(static_cast<const std::byte*>(t.data), t.bytes));
     entry.checksums[t.name] = crc;
     metadata["crc32c." + t.name] = crc;
   }
@@ -308,8 +307,7 @@ TYPEFLOW_IO_INLINE safetensors_file checkpoint_shard_reader::read_shard(int i) c
     expected.push_back({name, "F32", {static_cast<std::int64_t>(bound(i + 1) - bound(i))}});
   check_tensors_match(file, expected);
   for (const auto& [name, crc] : entry.checksums) {
-    char computed[9];
-    std::snprintf(computed, sizeof computed, "%08x", crc32c(file.data(name)));
+    const std::string computed = crc32c_text(file.data(name));
     if (crc != computed)
       throw fail("is corrupt: the data of \"" + excerpt(name) + "\" gives CRC-32C " + computed +
                  "; manifest.json recorded " + excerpt(crc));

@@ -15,8 +15,10 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <span>
+#include <string>
 #include <string_view>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -104,6 +106,13 @@ inline std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t previ
   if (detail::cpu_has_sse42()) return ~detail::crc32c_sse42(crc, bytes, data.size());
 #endif
   return ~detail::crc32c_portable(crc, bytes, data.size());
+}
+
+// A checksum as the checkpoint manifests record it: "%08x" of the data's CRC-32C.
+inline std::string crc32c_text(std::span<const std::byte> data) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc32c(data));
+  return text;
 }
 inline std::uint32_t crc32c(std::string_view text, std::uint32_t previous = 0) noexcept {
   return crc32c(std::as_bytes(std::span(text.data(), text.size())), previous);

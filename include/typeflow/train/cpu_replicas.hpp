@@ -575,16 +575,12 @@ class cpu_replicas {
   // A top-level layer that is not a combinator: its weights and a tied matrix.
   void gather_layer(int r, std::size_t i, arena& primary) {
     windows_[static_cast<std::size_t>(r)].begin_unit();
-    if (groups::tied_source[i] < groups::count)
-      gather(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary,
-             gather_window::tied_weights);
-    gather(r, groups::own[i].begin, groups::own[i].end, primary,
-           groups::is_tied_source[i] ? gather_window::tied_weights : gather_window::weights);
+    for_each_layer_range<groups>(i, [&](std::size_t from, std::size_t to, gather_window::part part) {
+      gather(r, from, to, primary, part);
+    });
   }
   void free_layer_weights(int r, std::size_t i, arena& primary) {
-    free_weights(r, groups::own[i].begin, groups::own[i].end, primary);
-    if (groups::tied_source[i] < groups::count)
-      free_weights(r, groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end, primary);
+    for_each_layer_range<groups>(i, [&](std::size_t from, std::size_t to, auto) { free_weights(r, from, to, primary); });
   }
   void note_peak(int r, const arena& memory) {
     if (!tracking_) return;

@@ -190,14 +190,7 @@ class cpu_worker_shards {
   // zero<3>: none, the next step gathers).
   void after_update(float* weights) {
     if constexpr (gathers) return;
-    float* kept = statistics_copy_.data();
-    for (const auto& piece : kept_statistics_) kept = std::copy_n(weights + piece.offset, piece.size, kept);
-    workers_->all_gather(weights, bounds_);
-    kept = statistics_copy_.data();
-    for (const auto& piece : kept_statistics_) {
-      std::copy_n(kept, piece.size, weights + piece.offset);
-      kept += piece.size;
-    }
+    all_gather_weights(weights, 0, trainable, "the all-gather of the updated weights");
   }
 
   // zero<3>: this worker's forward, unit by unit: each unit's weights
@@ -321,6 +314,23 @@ class cpu_worker_shards {
   void outside_shard(std::size_t from, std::size_t to, F&& f) const {
     outside_own(begin(), begin() + size(), from, to, std::forward<F>(f));
   }
+  // The weights [from, to) from their owners; this worker's statistics in
+  // other shards stay its own, as under multi_worker.
+  void all_gather_weights(float* weights, std::size_t from, std::size_t to, const char* operation) {
+    const auto inside = [&](const optimizers::parameter_tensor& piece) {
+      return piece.offset < to && piece.offset + piece.size > from;
+    };
+    float* kept = statistics_copy_.data();
+    for (const auto& piece : kept_statistics_)
+      if (inside(piece)) kept = std::copy_n(weights + piece.offset, piece.size, kept);
+    workers_->all_gather(weights + from, unit_bounds(from, to), operation);
+    kept = statistics_copy_.data();
+    for (const auto& piece : kept_statistics_)
+      if (inside(piece)) {
+        std::copy_n(kept, piece.size, weights + piece.offset);
+        kept += piece.size;
+      }
+  }
   // A unit's bounds for the collectives: the job's cut, clipped to [from, to)
   // and counted from `from`.
   std::span<const std::size_t> unit_bounds(std::size_t from, std::size_t to) {
@@ -348,16 +358,7 @@ class cpu_worker_shards {
           window_.note(*part, at * sizeof(float), n * sizeof(float));
         });
       });
-    float* kept = statistics_copy_.data();
-    for (const auto& piece : kept_statistics_)
-      if (piece.offset < to && piece.offset + piece.size > from) kept = std::copy_n(weights + piece.offset, piece.size, kept);
-    workers_->all_gather(weights + from, unit_bounds(from, to), "a zero<3> unit's all-gather of its weights");
-    kept = statistics_copy_.data();
-    for (const auto& piece : kept_statistics_)
-      if (piece.offset < to && piece.offset + piece.size > from) {
-        std::copy_n(kept, piece.size, weights + piece.offset);
-        kept += piece.size;
-      }
+    all_gather_weights(weights, from, to, "a zero<3> unit's all-gather of its weights");
     note_peak();
   }
   void free_weights(std::size_t from, std::size_t to) {
@@ -378,7 +379,7 @@ class cpu_worker_shards {
     if (from >= to) return;
     note_peak();
     workers_->reduce_scatter_mean(gradients(memory_->data()) + from, unit_bounds(from, to),
-                                  "a zero<3> unit's gradient reduce-scatter");
+                                  "a unit's gradient reduce-scatter");
     outside_shard(from, to, [&](std::size_t a, std::size_t b) {
       memory_->release(plan0::gradients_offset + a * sizeof(float), (b - a) * sizeof(float));
     });
@@ -386,16 +387,12 @@ class cpu_worker_shards {
   // A top-level layer that is not a combinator: its weights and a tied matrix.
   void gather_layer(std::size_t i) {
     window_.begin_unit();
-    if (groups::tied_source[i] < groups::count)
-      gather(groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end,
-             gather_window::tied_weights);
-    gather(groups::own[i].begin, groups::own[i].end,
-           groups::is_tied_source[i] ? gather_window::tied_weights : gather_window::weights);
+    for_each_layer_range<groups>(i, [&](std::size_t from, std::size_t to, gather_window::part part) {
+      gather(from, to, part);
+    });
   }
   void free_layer_weights(std::size_t i) {
-    free_weights(groups::own[i].begin, groups::own[i].end);
-    if (groups::tied_source[i] < groups::count)
-      free_weights(groups::own[groups::tied_source[i]].begin, groups::own[groups::tied_source[i]].end);
+    for_each_layer_range<groups>(i, [&](std::size_t from, std::size_t to, auto) { free_weights(from, to); });
   }
   void note_peak() {
     if (tracking_) peak_ = std::max(peak_, memory_->resident_bytes(0, state_bytes_) + window_.resident_bytes());

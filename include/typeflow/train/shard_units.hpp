@@ -51,6 +51,17 @@ void without_statistics(std::span<const std::pair<std::size_t, std::size_t>> sta
   if (at < to) f(at, to - at);
 }
 
+// A top-level layer's weights as its unit gathers and frees them: a tied
+// matrix first (tied_logits' embedding, in the window's tied part), then its
+// own; f(from, to, part) for each.
+template <class Groups, class F>
+void for_each_layer_range(std::size_t i, F&& f) {
+  if (const std::size_t tied = Groups::tied_source[i]; tied < Groups::count)
+    f(Groups::own[tied].begin, Groups::own[tied].end, gather_window::tied_weights);
+  f(Groups::own[i].begin, Groups::own[i].end, Groups::is_tied_source[i] ? gather_window::tied_weights
+                                                                       : gather_window::weights);
+}
+
 // Before a unit's backward: its gradients outside the shard, floats [a, b)
 // of the gradient region at gradients_offset, noted in the window and
 // zeroed where the window holds them (freed pages read as zero).
