@@ -22,6 +22,7 @@
 
 #include "typeflow/backend/cuda/vector_plan.hpp"
 #include "typeflow/backend/cpu/dropout.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/layers/dropout_mask.hpp"
 #include "typeflow/optimizers/device_update.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
@@ -251,7 +252,8 @@ host_statistics device_statistics(const od::update_plan& plan, std::vector<float
 // apply_update_kernel, sequentially, for an optimizer without clipping (the
 // GPU tests cover the kernel's clip factors): the skip, the step table's
 // entry for the device's own update count, each chunk's decay, and
-// update_element. Returns whether it changed anything.
+// update_element, each slot read at [i - slot_origin]. Returns whether it
+// changed anything.
 template <class Rule>
 bool device_apply(const od::update_plan& plan, std::vector<float>& w, const std::vector<float>& g,
                   std::vector<std::vector<float>>& slots, const host_statistics& stats, const od::step_state& state,
@@ -263,9 +265,9 @@ bool device_apply(const od::update_plan& plan, std::vector<float>& w, const std:
     const bool decays = ch.tensor >= 0 && plan.tensors[ch.tensor].decays && values->decay_factor != 1.f;
     for (std::uint64_t i = ch.begin; i < ch.begin + ch.length; ++i) {
       float s[opt::max_slots] = {};
-      for (int k = 0; k < values->rule.slots(); ++k) s[k] = slots[k][i];
+      for (int k = 0; k < values->rule.slots(); ++k) s[k] = slots[k][i - plan.slot_origin];
       opt::update_element(w[i], g[i], s, values->rule, opt::clip_kind::none, 0.f, 1.f, decays, values->decay_factor);
-      for (int k = 0; k < values->rule.slots(); ++k) slots[k][i] = s[k];
+      for (int k = 0; k < values->rule.slots(); ++k) slots[k][i - plan.slot_origin] = s[k];
     }
   }
   return true;
@@ -322,6 +324,90 @@ TEST_CASE("the statistics pass unscales and flags like precision::unscale_all_fi
       }
       CHECK(s.global.squared_norm == doctest::Approx(expected).epsilon(1e-12));
     }
+  }
+}
+
+// zero<k> on the device: each replica's optimizer walks a plan over its
+// shard, its slots holding the shard alone, and the shards' statistics are
+// summed between the passes (distribute/cuda_replicas.hpp). Replayed here:
+// the shards' plans tile the whole plan's chunks, their statistics add up to
+// the whole region's, and their updates give the whole plan's bits.
+TEST_CASE("make_update_plan over zero<k>'s shards: chunks that tile the region, the whole plan's statistics and bits") {
+  const auto tensors = scenario_tensors();
+  const opt::adamw o{.learning_rate = 0.01, .weight_decay = 0.05f};
+  const od::update_plan whole = od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, 64);
+  CHECK_THROWS_AS(od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, 64, {600, 500}),
+                  std::invalid_argument);
+  std::mt19937 gen(11);
+  for (int shards : {2, 3, 4}) {
+    CAPTURE(shards);
+    const std::vector<std::size_t> cut = tf::shard_bounds(scenario_floats, shards);
+    std::vector<od::update_plan> plans;
+    std::vector<std::uint64_t> tensor_floats(tensors.size(), 0);
+    std::uint64_t at = 0;
+    for (int r = 0; r < shards; ++r) {
+      plans.push_back(od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, 64, {cut[r], cut[r + 1]}));
+      const od::update_plan& plan = plans.back();
+      CHECK(plan.slot_origin == cut[r]);
+      REQUIRE(plan.tensors.size() == tensors.size());
+      for (const od::chunk& c : plan.chunks) {  // the range, in order, each chunk inside one tensor or gap
+        REQUIRE(c.begin == at);
+        at += c.length;
+        if (c.tensor >= 0) {
+          REQUIRE(c.begin >= tensors[c.tensor].offset);
+          REQUIRE(c.begin + c.length <= tensors[c.tensor].offset + tensors[c.tensor].size);
+        }
+      }
+      REQUIRE(at == cut[r + 1]);
+      for (std::size_t t = 0; t < tensors.size(); ++t)
+        for (std::uint32_t c = plan.tensors[t].first_chunk; c < plan.tensors[t].first_chunk + plan.tensors[t].chunk_count; ++c) {
+          REQUIRE(plan.chunks[c].tensor == static_cast<std::int32_t>(t));
+          tensor_floats[t] += plan.chunks[c].length;
+        }
+    }
+    CHECK(at == scenario_floats);
+    for (std::size_t t = 0; t < tensors.size(); ++t) CHECK(tensor_floats[t] == tensors[t].size);
+
+    // Three steps: the whole plan against the shards with their statistics summed.
+    std::vector<float> w = random_vector(gen, scenario_floats, 0.5f), w_sharded = w;
+    std::vector<std::vector<float>> slots(2, std::vector<float>(scenario_floats, 0.f));
+    std::vector<std::vector<std::vector<float>>> shard_slots;
+    for (int r = 0; r < shards; ++r)
+      shard_slots.emplace_back(2, std::vector<float>(cut[r + 1] - cut[r], 0.f));
+    od::step_state state = od::make_step_state(tf::precision::fixed_loss_scale{8.f});
+    od::step_state sharded_state = state;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> g = random_vector(gen, scenario_floats, 0.1f);
+      if (step == 1) g[cut[shards - 1]] = std::numeric_limits<float>::infinity();  // in the last shard alone
+      std::vector<float> g_sharded = g;
+      const host_statistics stats = device_statistics(whole, g, &state);
+      host_statistics summed{{0.0, 1, 0}, std::vector<double>(tensors.size(), 0.0)};
+      for (int r = 0; r < shards; ++r) {
+        const host_statistics own = device_statistics(plans[r], g_sharded, &sharded_state);
+        summed.global.squared_norm += own.global.squared_norm;
+        summed.global.all_finite = std::min(summed.global.all_finite, own.global.all_finite);
+        for (std::size_t t = 0; t < tensors.size(); ++t) summed.tensor_squared_norms[t] += own.tensor_squared_norms[t];
+      }
+      CHECK(summed.global.all_finite == stats.global.all_finite);
+      CHECK(summed.global.all_finite == (step != 1));
+      if (stats.global.all_finite) {
+        CHECK(summed.global.squared_norm == doctest::Approx(stats.global.squared_norm).epsilon(1e-12));
+        for (std::size_t t = 0; t < tensors.size(); ++t)
+          CHECK(summed.tensor_squared_norms[t] == doctest::Approx(stats.tensor_squared_norms[t]).epsilon(1e-12));
+      }
+      const auto table = od::step_table_for(o, state.iterations + 1, 1);
+      const bool applied = device_apply(whole, w, g, slots, stats, state, table);
+      for (int r = 0; r < shards; ++r)
+        CHECK(device_apply(plans[r], w_sharded, g_sharded, shard_slots[r], summed, sharded_state, table) == applied);
+      od::finish_step(state, stats.global.all_finite, applied);
+      od::finish_step(sharded_state, summed.global.all_finite, applied);
+    }
+    CHECK(state.iterations == 2);
+    CHECK(sharded_state.iterations == state.iterations);
+    CHECK(std::memcmp(w.data(), w_sharded.data(), w.size() * sizeof(float)) == 0);
+    for (int r = 0; r < shards; ++r)
+      for (int k = 0; k < 2; ++k)
+        CHECK(std::memcmp(shard_slots[r][k].data(), slots[k].data() + cut[r], shard_slots[r][k].size() * sizeof(float)) == 0);
   }
 }
 

@@ -213,6 +213,11 @@ TEST_CASE("rank_memory: each replica's bytes, by hand, and the device budget per
   // goes one layer's beyond it (the largest: dense<4>'s 256 + 16 floats).
   static_assert(two::gradient_bytes == 416 * 4 && two::reduced_gradient_bytes == 416 * 4);
   static_assert(four::gradient_bytes == 112 * 4 && four::reduced_gradient_bytes == 112 * 4);
+  // On tf::cuda the backward writes the whole gradient region: zero<2>
+  // shards the slots there, and the plan adds up to the memory plan's.
+  using four_on_gpu = tf::rank_memory<net, zero_mirrored<2, 4>, 16, tf::cuda>;
+  static_assert(four_on_gpu::gradient_bytes == 416 * 4 && four_on_gpu::slot_bytes == 112 * 4);
+  static_assert(four_on_gpu::gathered_bytes == 0 && four_on_gpu::bytes_before_slots == four_on_gpu::plan::total_bytes);
   static_assert(two::gathered_bytes == 0 && four::gathered_bytes == 272 * 4);
   // Each replica's step region is that of its share of the batch.
   static_assert(two::activation_bytes == tf::memory_plan<net, 8, 0>::per_step_bytes);

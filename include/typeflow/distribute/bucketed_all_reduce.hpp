@@ -73,6 +73,12 @@ class bucketed_all_reduce {
   bucketed_all_reduce(const bucketed_all_reduce&) = delete;
   bucketed_all_reduce& operator=(const bucketed_all_reduce&) = delete;
 
+  // zero<2, ...>: from now on each bucket is reduce-scattered over the
+  // shards cut at `cut` (replicas or ranks + 1 bounds) instead of
+  // all-reduced: each replica (rank) gets the mean of its shard's part of
+  // the bucket, and keeps its own gradients elsewhere.
+  void reduce_scatter_over(std::span<const std::size_t> cut) { cut_.assign(cut.begin(), cut.end()); }
+
   int replicas() const noexcept { return static_cast<int>(devices_.size()); }
   std::size_t layers() const noexcept { return owner_.size(); }
   const std::vector<distribute::gradient_bucket>& buckets() const noexcept { return buckets_; }
@@ -173,9 +179,14 @@ class bucketed_all_reduce {
     }
     const auto& bucket = buckets_[b];
     if (bucket.count == 0) return;
-    if (local_) {
+    if (local_ && !cut_.empty()) {
+      local_->reduce_scatter_mean(gradients_.data(), bucket.offset, bucket.count, cut_, streams_.data(),
+                                  "ncclReduce (the gradients' reduce-scatter)");
+    } else if (local_) {
       for (std::size_t r = 0; r < R; ++r) regions_[r] = gradients_[r] + bucket.offset;
       local_->all_reduce_mean(regions_.data(), bucket.count, streams_.data());
+    } else if (!cut_.empty()) {
+      rank_->reduce_scatter_mean(gradients_[0], bucket.offset, bucket.count, cut_, streams_[0]);
     } else {
       rank_->all_reduce_mean(gradients_[0] + bucket.offset, bucket.count, streams_[0]);
     }
@@ -192,6 +203,7 @@ class bucketed_all_reduce {
   std::vector<event> ready_;           // [bucket * replicas + replica]
   std::vector<event> done_;            // per replica
   std::vector<float*> regions_;        // scratch: one bucket's start on every replica
+  std::vector<std::size_t> cut_;       // zero<2>: the shards' bounds, each bucket reduce-scattered over them
   std::vector<std::size_t> pending_;   // per bucket: layers not yet reported this step
   std::vector<unsigned char> reported_;
   std::size_t launched_ = 0;  // buckets [0, launched_) launched this step

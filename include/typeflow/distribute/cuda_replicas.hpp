@@ -16,10 +16,20 @@
 // broadcast. These steps are enqueued eagerly, not captured as one CUDA
 // graph: NCCL warns that graphs over several GPUs of one process can
 // deadlock. single_device needs none of this and replays one graph.
+//
+// zero<1|2, S> over either (distribute/zero.hpp): replica (worker) r keeps
+// and updates shard r of the optimizer slots alone, its device optimizer
+// over that range; the update's statistics, measured per shard, are summed
+// over the replicas between its passes (sum_statistics); afterwards each
+// shard of the weights goes from its owner to every replica (all_gather).
+// zero<2> reduce-scatters each gradient bucket over the shards instead of
+// all-reducing it (bucketed_all_reduce::reduce_scatter_over). The gradient
+// region stays whole on the GPU: the backward writes all of it.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -29,12 +39,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "typeflow/distribute/bucketed_all_reduce.hpp"
+#include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
+#include "typeflow/distribute/bucketed_all_reduce.hpp"
 #include "typeflow/core/random.hpp"
 #include "typeflow/distribute/mirrored.hpp"
 #include "typeflow/distribute/multi_worker.hpp"
 #include "typeflow/distribute/replica_seeds.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/model/memory_plan.hpp"
 
 namespace typeflow {
@@ -47,6 +59,7 @@ class cuda_replicas {
   // Whether a step is enqueued eagerly, NCCL between the replicas' layers,
   // rather than replayed as one captured graph.
   static constexpr bool eager = count > 1 || across_processes;
+  static constexpr int stage = zero_stage_v<Strategy>;  // 0: nothing sharded
 
   // multi_worker: joins the job's NCCL communicator (this process's GPU is
   // its local rank's).
@@ -101,7 +114,60 @@ class cuda_replicas {
       else
         all_reduce_ = std::make_unique<backend::cuda::bucketed_all_reduce>(
             *nccl_, gradients, std::span<const std::size_t>(layer_offsets), Net::trainable_floats);
+      if constexpr (stage >= 2) all_reduce_->reduce_scatter_over(shard_cut());
     }
+  }
+
+  // zero<k>: the trainable region's cut into one shard per replica, or per
+  // worker (shards + 1 bounds; zero.hpp's shard_bounds); the shards this
+  // process holds (every replica's, or its own); and the floats of the
+  // longest shard, which each slot of a replica's arena holds.
+  std::vector<std::size_t> shard_cut() const { return shard_bounds(Net::trainable_floats, shards()); }
+  std::vector<int> held_shards() const {
+    std::vector<int> held;
+    for (int k = 0; k < count; ++k) held.push_back(shard_of(k));
+    return held;
+  }
+  int shard_of(int replica) const {
+    if constexpr (across_processes)
+      return worker_->rank();
+    else
+      return replica;
+  }
+  std::size_t shard_floats() const { return shard_length(Net::trainable_floats, shards()); }
+
+  // zero<k>: what each replica's optimizer pass measured over its shard
+  // becomes the whole region's on every replica: the squared norms summed,
+  // all_finite the least (one collective each, on the replicas' streams).
+  void sum_statistics(std::span<const backend::cuda::measured_statistics> measured,
+                      std::span<const cudaStream_t> streams) {
+    std::array<void*, count> norm{}, finite{}, tensors{};
+    for (int k = 0; k < count; ++k) {
+      norm[k] = &measured[k].statistics->squared_norm;
+      finite[k] = &measured[k].statistics->all_finite;
+      tensors[k] = measured[k].tensor_squared_norms;
+    }
+    const std::size_t tensor_count = measured[0].tensors;
+    if constexpr (across_processes) {
+      worker_->all_reduce(norm[0], 1, ncclDouble, ncclSum, streams[0], "the shards' squared gradient norm");
+      worker_->all_reduce(finite[0], 1, ncclInt32, ncclMin, streams[0], "the shards' non-finite verdict");
+      worker_->all_reduce(tensors[0], tensor_count, ncclDouble, ncclSum, streams[0],
+                          "the shards' per-tensor squared norms");
+    } else {
+      nccl_->all_reduce(norm.data(), 1, ncclDouble, ncclSum, streams.data(), "the shards' squared gradient norm");
+      nccl_->all_reduce(finite.data(), 1, ncclInt32, ncclMin, streams.data(), "the shards' non-finite verdict");
+      nccl_->all_reduce(tensors.data(), tensor_count, ncclDouble, ncclSum, streams.data(),
+                        "the shards' per-tensor squared norms");
+    }
+  }
+  // zero<k>: each shard of the trainable weights (updated by its owner
+  // alone) to every replica, on the replicas' streams.
+  void all_gather_weights(std::span<float* const> weights, std::span<const cudaStream_t> streams) {
+    const std::vector<std::size_t> cut = shard_cut();
+    if constexpr (across_processes)
+      worker_->all_gather(weights[0], cut, streams[0], "the updated weights' all-gather");
+    else
+      nccl_->all_gather(weights.data(), cut, streams.data(), "ncclBroadcast (the updated weights' all-gather)");
   }
   // The arenas moved (a new batch size, a new compile): prepare again.
   void forget() { all_reduce_.reset(); }
@@ -149,6 +215,13 @@ class cuda_replicas {
   }
 
  private:
+  int shards() const {
+    if constexpr (across_processes)
+      return worker_->size();
+    else
+      return count;
+  }
+
   std::unique_ptr<backend::cuda::nccl_communicator> worker_;  // multi_worker: this process's rank in the job
   std::unique_ptr<backend::cuda::nccl_communicators> nccl_;   // mirrored<N>
   std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce_;  // refers to one of the above

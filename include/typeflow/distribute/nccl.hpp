@@ -57,6 +57,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -197,6 +198,51 @@ class nccl_communicators {
     });
   }
 
+  // zero<2>'s reduce-scatter of the part [offset, offset + count) of every
+  // replica's buffer over the shards cut at `cut` (size() + 1 bounds):
+  // replica r gets the mean of the piece inside its shard [cut[r], cut[r +
+  // 1]), in place; the rest of its buffer keeps its own values. One
+  // ncclReduce per piece, rooted at the piece's owner, all in one group:
+  // NCCL's reduce-scatter wants equal pieces, which a bucket and the cut's
+  // shorter last shard are not (PyTorch's uneven reduce-scatter is this too).
+  void reduce_scatter_mean(float* const* buffers, std::size_t offset, std::size_t count,
+                           std::span<const std::size_t> cut, cudaStream_t const* streams, const char* what) {
+    check_cut(cut, what);
+    grouped(what, buffers, count, [&](int r) {
+      for (int owner = 0; owner < size(); ++owner) {
+        const std::size_t lo = std::max(offset, cut[owner]), hi = std::min(offset + count, cut[owner + 1]);
+        if (lo >= hi) continue;
+        const ncclResult_t result =
+            ncclReduce(buffers[r] + lo, buffers[r] + lo, hi - lo, ncclFloat, ncclAvg, owner, comms_[r], streams[r]);
+        if (result != ncclSuccess) return result;
+      }
+      return ncclSuccess;
+    });
+  }
+  // zero<k>'s all-gather: every replica's shard [cut[r], cut[r + 1]) of its
+  // buffer to every other replica, in place (an ncclBroadcast per shard, in
+  // one group, for the uneven cut).
+  void all_gather(float* const* buffers, std::span<const std::size_t> cut, cudaStream_t const* streams,
+                  const char* what) {
+    check_cut(cut, what);
+    grouped(what, buffers, cut.back(), [&](int r) {
+      for (int owner = 0; owner < size(); ++owner) {
+        if (cut[owner] == cut[owner + 1]) continue;
+        const ncclResult_t result = ncclBroadcast(buffers[r] + cut[owner], buffers[r] + cut[owner],
+                                                  cut[owner + 1] - cut[owner], ncclFloat, owner, comms_[r], streams[r]);
+        if (result != ncclSuccess) return result;
+      }
+      return ncclSuccess;
+    });
+  }
+  // buffers[r][i] = op over the replicas of buffers[·][i], in place, for any
+  // NCCL type (zero<k>'s shard statistics: sums of doubles, a least int).
+  void all_reduce(void* const* buffers, std::size_t count, ncclDataType_t type, ncclRedOp_t op,
+                  cudaStream_t const* streams, const char* what) {
+    grouped(what, buffers, count,
+            [&](int r) { return ncclAllReduce(buffers[r], buffers[r], count, type, op, comms_[r], streams[r]); });
+  }
+
   // buffers[r] = buffers[root] for every replica r (the weights after an update).
   void broadcast(float* const* buffers, std::size_t count, int root, cudaStream_t const* streams) {
     if (root < 0 || root >= size())
@@ -210,8 +256,14 @@ class nccl_communicators {
  private:
   // One collective over every replica: the calls must be grouped, as one
   // thread issues them all and each could otherwise wait for the next.
-  template <class Call>
-  void grouped(const char* what, float* const* buffers, std::size_t count, Call&& call) {
+  void check_cut(std::span<const std::size_t> cut, const char* what) const {
+    if (static_cast<int>(cut.size()) != size() + 1)
+      throw std::invalid_argument(std::string("typeflow: nccl_communicators: ") + what + ": a cut of " +
+                                  std::to_string(cut.size()) + " bounds for " + std::to_string(size()) +
+                                  " replicas (one more than the replicas)");
+  }
+  template <class T, class Call>
+  void grouped(const char* what, T* const* buffers, std::size_t count, Call&& call) {
     if (comms_.empty()) throw std::logic_error("typeflow: nccl_communicators used after being moved from or aborted");
     if (count == 0) return;
     for (int r = 0; r < size(); ++r)

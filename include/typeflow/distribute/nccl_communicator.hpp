@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -146,6 +148,49 @@ class nccl_communicator {
     settle(ncclBroadcast(buffer, buffer, count, ncclFloat, root, comm_, stream), operation);
   }
 
+  // zero<2>'s reduce-scatter of [offset, offset + count) of `buffer` over
+  // the shards cut at `cut` (size() + 1 bounds): this rank gets the mean of
+  // the piece inside its shard, in place (nccl_communicators' has the why of
+  // one ncclReduce per piece). Returns once enqueued, as all_reduce_mean.
+  void reduce_scatter_mean(float* buffer, std::size_t offset, std::size_t count, std::span<const std::size_t> cut,
+                           cudaStream_t stream, const char* operation = "the gradients' reduce-scatter") {
+    check_cut(cut, operation);
+    grouped(operation, [&] {
+      for (int owner = 0; owner < size_; ++owner) {
+        const std::size_t lo = std::max(offset, cut[owner]), hi = std::min(offset + count, cut[owner + 1]);
+        if (lo >= hi) continue;
+        const ncclResult_t result =
+            ncclReduce(buffer + lo, buffer + lo, hi - lo, ncclFloat, ncclAvg, owner, comm_, stream);
+        if (result != ncclSuccess && result != ncclInProgress) return result;
+      }
+      return ncclSuccess;
+    });
+  }
+  // zero<k>'s all-gather: each rank's shard [cut[rank], cut[rank + 1]) of
+  // `buffer` to every rank, in place.
+  void all_gather(float* buffer, std::span<const std::size_t> cut, cudaStream_t stream,
+                  const char* operation = "the weights' all-gather") {
+    check_cut(cut, operation);
+    grouped(operation, [&] {
+      for (int owner = 0; owner < size_; ++owner) {
+        if (cut[owner] == cut[owner + 1]) continue;
+        const ncclResult_t result = ncclBroadcast(buffer + cut[owner], buffer + cut[owner],
+                                                  cut[owner + 1] - cut[owner], ncclFloat, owner, comm_, stream);
+        if (result != ncclSuccess && result != ncclInProgress) return result;
+      }
+      return ncclSuccess;
+    });
+  }
+  // buffer[i] = op over the ranks of buffer[i], in place, for any NCCL type
+  // (zero<k>'s shard statistics).
+  void all_reduce(void* buffer, std::size_t count, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream,
+                  const char* operation) {
+    usable(operation);
+    if (count == 0) return;
+    const device_guard on(device_);
+    settle(ncclAllReduce(buffer, buffer, count, type, op, comm_, stream), operation);
+  }
+
   // Returns once everything enqueued on `stream` has completed. Polls
   // cudaStreamQuery and ncclCommGetAsyncError instead of blocking in
   // cudaStreamSynchronize, which would never return if a peer died in the
@@ -193,6 +238,24 @@ class nccl_communicator {
   void wait(cudaStream_t stream) { wait(stream, timeout_); }
 
  private:
+  void check_cut(std::span<const std::size_t> cut, const char* operation) const {
+    if (static_cast<int>(cut.size()) != size_ + 1)
+      throw std::invalid_argument(prefix() + operation + ": a cut of " + std::to_string(cut.size()) + " bounds for " +
+                                  std::to_string(size_) + " ranks (one more than the ranks)");
+  }
+  // Several NCCL calls as one group (calls() returns the first that
+  // failed), settled as one call: a nonblocking group ends in progress.
+  template <class Calls>
+  void grouped(const char* operation, Calls&& calls) {
+    usable(operation);
+    const device_guard on(device_);
+    const ncclResult_t started = ncclGroupStart();
+    if (started != ncclSuccess) fail(started, operation);
+    const ncclResult_t called = calls();
+    const ncclResult_t ended = ncclGroupEnd();
+    if (called != ncclSuccess) fail(called, operation);
+    settle(ended, operation);
+  }
   std::string prefix() const {
     return "typeflow: nccl_communicator: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
            " (device " + std::to_string(device_) + ") ";

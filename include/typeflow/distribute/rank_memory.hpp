@@ -1,5 +1,6 @@
-// rank_memory<Net, Strategy, Batch>: the bytes one replica (rank) holds when
-// Net trains at global batch Batch under Strategy, at compile time; the
+// rank_memory<Net, Strategy, Batch, Device>: the bytes one replica (rank)
+// holds when Net trains at global batch Batch under Strategy on Device
+// (tf::cpu unless named), at compile time; the
 // device budget (train/device_budget.hpp) applies to it, and summary() prints
 // it for a zero<> strategy.
 //
@@ -9,7 +10,8 @@
 //                   shard: each unit's (layer's) are reduced as its backward
 //                   ends and the rest freed. (zero<2|3, multi_worker> does
 //                   the same, but the plan cannot know the workers: it
-//                   counts the whole region, an upper bound.)
+//                   counts the whole region, an upper bound. On tf::cuda
+//                   the region stays whole: the backward writes it all.)
 //   slots           per optimizer slot, on the replica that holds the most:
 //                   all trainable floats on replica 0 (single_device,
 //                   mirrored<N>: replicas 1..N-1 hold none), or one shard on
@@ -33,16 +35,18 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "typeflow/backend/device.hpp"
 #include "typeflow/distribute/layer_groups.hpp"
 #include "typeflow/distribute/zero.hpp"
 #include "typeflow/model/memory_plan.hpp"
 
 namespace typeflow {
 
-template <class Net, class Strategy, int Batch>
+template <class Net, class Strategy, int Batch, class Device = cpu>
 struct rank_memory {
   static constexpr int replicas = Strategy::replicas;
   static constexpr int stage = zero_stage_v<Strategy>;
@@ -51,11 +55,12 @@ struct rank_memory {
   using plan = memory_plan<Net, batch_per_replica, 0>;
   using shards = region_shards<Net::trainable_floats, replicas>;
 
-  // Within one process (mirrored<N>) zero<2|3> reduce unit by unit.
-  static constexpr bool reduces_per_unit = stage >= 2 && !Strategy::across_processes && replicas >= 2;
+  // Within one process (mirrored<N>) on the CPU zero<2|3> reduce unit by unit.
+  static constexpr bool on_cpu = std::is_same_v<Device, cpu>;
+  static constexpr bool reduces_per_unit = stage >= 2 && !Strategy::across_processes && replicas >= 2 && on_cpu;
   // Within one process zero<3> shards the weights; across processes the
   // plan, which cannot know the workers, counts them whole (an upper bound).
-  static constexpr bool gathers = stage >= 3 && !Strategy::across_processes;
+  static constexpr bool gathers = stage >= 3 && !Strategy::across_processes && on_cpu;
   static constexpr std::size_t parameter_bytes =
       gathers ? shards::shard_bytes + (plan::parameter_bytes - plan::trainable_bytes) : plan::parameter_bytes;
   static constexpr std::size_t gradient_bytes = reduces_per_unit ? shards::shard_bytes : plan::trainable_bytes;
@@ -84,9 +89,9 @@ namespace distribute {
 // `slots` < 0 before compile(). `workers`: the shards' count where it is
 // known only at run time (zero<k, multi_worker>: the job's workers), 0 where
 // it is not known at all (summary_text(), before any model exists).
-template <class Net, class Strategy>
+template <class Net, class Strategy, class Device = cpu>
 std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int workers = Strategy::replicas) {
-  using memory = rank_memory<Net, Strategy, 0>;
+  using memory = rank_memory<Net, Strategy, 0, Device>;
   const auto bytes = [](std::size_t n) {
     std::string digits = std::to_string(n), out;
     for (std::size_t i = 0; i < digits.size(); ++i) {
@@ -127,7 +132,7 @@ std::vector<std::pair<std::string, std::string>> rank_memory_rows(int slots, int
 }
 
 // The rows as summary() prints them, under a heading naming the strategy.
-template <class Net, class Strategy>
+template <class Net, class Strategy, class Device = cpu>
 std::string rank_memory_text(int slots, int workers = Strategy::replicas) {
   std::string text = "Per replica (" + Strategy::name() + ", ";
   if (!Strategy::across_processes)
@@ -137,7 +142,7 @@ std::string rank_memory_text(int slots, int workers = Strategy::replicas) {
   else
     text += "one per worker";
   text += "):\n";
-  for (const auto& [what, value] : rank_memory_rows<Net, Strategy>(slots, workers))
+  for (const auto& [what, value] : rank_memory_rows<Net, Strategy, Device>(slots, workers))
     text += "  " + what + ": " + value + "\n";
   return text;
 }

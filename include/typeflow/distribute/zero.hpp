@@ -30,16 +30,19 @@
 // It is a strategy (distribute/strategy.hpp) whose facts and collectives are
 // Strategy's; its name, as checkpoints record it, is "zero<1, mirrored<2>>".
 // What runs: zero<1|2|3, mirrored<N>> (N >= 2) on tf::cpu, in
-// train/cpu_replicas.hpp, and zero<1|2|3, multi_worker> on tf::cpu, in
-// train/cpu_worker_shards.hpp. Every other combination is a compile error
-// naming what is not built (zero_runs below); rank_memory.hpp gives each
-// replica's bytes.
+// train/cpu_replicas.hpp, zero<1|2|3, multi_worker> on tf::cpu, in
+// train/cpu_worker_shards.hpp, and zero<1|2, mirrored<N> | multi_worker> on
+// tf::cuda (NCCL; distribute/cuda_replicas.hpp). Every other combination is
+// a compile error naming what is not built (zero_runs below);
+// rank_memory.hpp gives each replica's bytes.
 #pragma once
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <exception>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -134,6 +137,26 @@ concept shard_collectives = requires(const S& s, float* values, double* sums, st
   s.all_reduce_sum(sums, std::size_t{1}, operation);
 };
 
+// Runs `work` here and learns whether it succeeded on every worker: its
+// exception is thrown again where it was thrown, and the workers where it
+// succeeded throw one naming the step, so that none goes on to a
+// collective that another left (a sharded checkpoint's save and load).
+template <shard_collectives Workers, class Work>
+void all_or_none(const Workers& workers, const std::string& step, Work&& work) {
+  std::exception_ptr failed;
+  try {
+    work();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  double refused = failed ? 1 : 0;
+  workers.all_reduce_sum(&refused, 1, "a sharded checkpoint's verdict");
+  if (refused == 0) return;
+  if (failed) std::rethrow_exception(failed);
+  throw std::runtime_error(step + ": another worker failed (its error is in its output); worker " +
+                           std::to_string(workers.rank()) + " stopped too, changing nothing");
+}
+
 // What of zero<> is built: one static_assert per missing part, each naming
 // it. model<> checks it for its strategy and device; true for any strategy
 // that is not a zero<>.
@@ -148,9 +171,10 @@ constexpr bool zero_runs() {
     static_assert(Strategy::replicas >= 2 || Strategy::across_processes,
                   "zero<Stage, Strategy>: one replica has nothing to share its state with; use Strategy itself "
                   "(single_device, mirrored<1>), or zero<Stage, mirrored<N>> with N >= 2");
-    static_assert(std::is_same_v<Device, cpu>,
-                  "zero<Stage, Strategy> on tf::cuda is not built yet; zero<1|2|3, mirrored<N>> and "
-                  "zero<1|2|3, multi_worker> run on tf::cpu");
+    static_assert(std::is_same_v<Device, cpu> || Strategy::stage <= 2,
+                  "zero<3, Strategy> on tf::cuda is not built yet (each layer's weights gathered before its forward "
+                  "and backward): zero<1|2, mirrored<N> | multi_worker> run on tf::cuda, zero<1|2|3, ...> on "
+                  "tf::cpu");
   }
   return true;
 }

@@ -62,24 +62,50 @@ struct chunk {
 struct update_plan {
   std::uint64_t floats = 0;
   std::vector<tensor_entry> tensors;  // in the order given, so indices match the parameter table
-  std::vector<chunk> chunks;          // ascending, covering [0, floats) exactly
+  std::vector<chunk> chunks;          // ascending, covering [0, floats) exactly, or the plan's range
+  // Where the slots begin in the region: a plan over the range [begin, end)
+  // (zero<k>'s shard) reads slot element i at slots[i - slot_origin], its
+  // slots holding that range alone; 0 for the whole region.
+  std::uint64_t slot_origin = 0;
 };
 
 inline constexpr std::uint32_t default_chunk_floats = 8192;
 
-// Throws std::invalid_argument when tensors overlap or leave the region.
+// Region floats [begin, end): a plan's range.
+struct plan_range {
+  std::size_t begin = 0;
+  std::size_t end = static_cast<std::size_t>(-1);  // the region's end
+};
+
+// The plan of the whole region, or with `range` of [range.begin, range.end)
+// alone (zero<k>'s shard): the tensor table stays the whole region's (its
+// indices the parameter table's; a tensor's chunks are its chunks inside
+// the range, none for a tensor outside it), the chunks cover the range
+// exactly, and the slots begin at the range (slot_origin). The chunks a
+// range holds are the whole plan's cut again at its bounds, so the plans of
+// ranges that tile the region together update every element once.
+// Throws std::invalid_argument when tensors overlap or leave the region,
+// or the range does not lie in it.
 inline update_plan make_update_plan(std::span<const parameter_tensor> tensors, std::size_t floats, decay_scope scope,
-                                    std::uint32_t chunk_floats = default_chunk_floats) {
+                                    std::uint32_t chunk_floats = default_chunk_floats, plan_range range = {}) {
   if (chunk_floats == 0) throw std::invalid_argument("make_update_plan: chunk_floats must be positive");
+  const std::uint64_t lowest = range.begin, highest = std::min<std::uint64_t>(range.end, floats);
+  if (lowest > highest)
+    throw std::invalid_argument("make_update_plan: the range [" + std::to_string(range.begin) + ", " +
+                                std::to_string(range.end) + ") does not lie in the region of " +
+                                std::to_string(floats) + " floats");
   update_plan plan;
   plan.floats = floats;
+  plan.slot_origin = lowest;
   plan.tensors.resize(tensors.size());
   std::vector<std::size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensors[a].offset < tensors[b].offset; });
   auto add_chunks = [&](std::uint64_t begin, std::uint64_t end, std::int32_t tensor) {
-    for (std::uint64_t at = begin; at < end; at += chunk_floats)
-      plan.chunks.push_back({at, static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_floats, end - at)), tensor});
+    for (std::uint64_t at = begin; at < end; at += chunk_floats) {
+      const std::uint64_t from = std::max(at, lowest), to = std::min({at + chunk_floats, end, highest});
+      if (from < to) plan.chunks.push_back({from, static_cast<std::uint32_t>(to - from), tensor});
+    }
   };
   std::uint64_t covered = 0;
   for (std::size_t index : order) {

@@ -138,22 +138,10 @@ class cpu_worker_shards {
     workers_->all_reduce_sum(&refused, 1, operation);
     return refused == 0;
   }
-  // Runs `work` here and learns whether it succeeded on every worker: its
-  // exception is thrown again where it was thrown, and the workers where it
-  // succeeded throw one naming the step, so that none goes on to a
-  // collective that another left (a sharded checkpoint's save and load).
+  // `work` here, and whether it succeeded on every worker (distribute::all_or_none).
   template <class Work>
   void all_or_none(const std::string& step, Work&& work) const {
-    std::exception_ptr failed;
-    try {
-      work();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    if (on_every_worker(!failed, "a sharded checkpoint's verdict")) return;
-    if (failed) std::rethrow_exception(failed);
-    throw std::runtime_error(step + ": another worker failed (its error is in its output); worker " +
-                             std::to_string(rank_) + " stopped too, changing nothing");
+    distribute::all_or_none(*workers_, step, std::forward<Work>(work));
   }
   double apply_regularizers_to_shards(std::byte* arena) const { return regularize_shard(arena, true); }
   // zero<3>: the penalty alone (evaluate, a skipped step), from the owners'

@@ -21,6 +21,11 @@
 // optimizer state, and takes B / N consecutive samples; the backward
 // interleaved with NCCL's all-reduce, and multi_worker's communicator, are
 // distribute/cuda_replicas.hpp's.
+//
+// zero<1|2, mirrored<N> | multi_worker>: each replica's arena keeps one
+// shard of every optimizer slot (the longest shard's floats a slot, so the
+// step region starts lower), its device optimizer updates that shard, and
+// the step ends with the weights' all-gather (cuda_replicas.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -88,6 +93,7 @@ class engine<Net, Policy, Strategy, cuda> {
   static constexpr std::size_t rows_per_sample = training_state<Net>::rows_per_sample;
   static constexpr int replica_count = Strategy::replicas;
   static constexpr bool has_regularizers = Net::has_regularizers;
+  static constexpr bool sharded = is_zero_v<Strategy>;  // zero<k>: each replica holds a shard of the slots
   using replica = cuda_replica<Net>;  // one device and everything on it
   using decoder_view = cuda_decoder_view<Net>;
   template <class>
@@ -182,10 +188,19 @@ class engine<Net, Policy, Strategy, cuda> {
         loss_->form() == losses::label_form::sparse ? rows_per_sample : rows_per_sample * classes;
     initial_state_.iterations = 0;
     initial_state_.micro_batches = 0;  // a fresh accumulator
-    for (auto& r : replicas_) {
+    if constexpr (sharded && across_processes)
+      if (optimizers::ema_options_of(optimizer).use_ema)
+        throw std::invalid_argument("compile on tf::cuda: use_ema under " + Strategy::name() +
+                                    " is not built: each worker holds a shard of the average, and swapping it "
+                                    "into the weights would gather it across the workers; use "
+                                    "zero<k, mirrored<N>>, or multi_worker");
+    pending_slots_.clear();
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      auto& r = replicas_[k];
       backend::cuda::device_guard on(r->device);
       r->optimizer = backend::cuda::make_device_optimizer(optimizer, parameter_table<Net>::tensors(),
-                                                          Net::trainable_floats, initial_state_);
+                                                          Net::trainable_floats, initial_state_,
+                                                          update_range(static_cast<int>(k)));
       *r->state_mirror() = initial_state_;
       r->forget_program();
       replication_.forget();
@@ -335,10 +350,7 @@ class engine<Net, Policy, Strategy, cuda> {
         e.template record_loss<shard>(*r, r->compute.get());
       }
       if constexpr (replica_count > 1 && !loss_scaling) e.average_losses();
-      for (auto& r : e.replicas_) {
-        backend::cuda::device_guard on(r->device);
-        e.record_update(*r, r->compute.get());
-      }
+      e.record_update();
       if constexpr (Strategy::sync_statistics) e.average_statistics(valid, Batch::size, shard);
     }
     step_outcome outcome(int) { return e.template step_outcome_of<shard>(); }
@@ -445,29 +457,73 @@ class engine<Net, Policy, Strategy, cuda> {
     if (training_.optimizer) fresh.micro_batches = training_.optimizer->pending_micro_batches();
     restart_loss_scale(fresh);
   }
-  // Slot s's region on the host (valid until the next call for s).
+  // Slot s's region on the host (valid until the next call for s): replica
+  // 0's, or under zero<k, mirrored<N>> every replica's shard. A worker of
+  // zero<k, multi_worker> holds its shard alone: slot_shard reads it.
   std::span<const float> slot_values(int s) const {
+    if constexpr (sharded && across_processes)
+      throw std::logic_error("slot_values: under " + Strategy::name() + " on tf::cuda each worker holds its shard of "
+                             "slot " + std::to_string(s) + "; slot_shard() reads it");
     auto& host = slots_host_.at(static_cast<std::size_t>(s));
     host.assign(Net::trainable_floats, 0.f);
-    const auto& r = *replicas_[0];
-    if (!pending_slots_.empty() && !pending_slots_[static_cast<std::size_t>(s)].empty()) {
+    if (pending_slots_.size() > static_cast<std::size_t>(s) && !pending_slots_[static_cast<std::size_t>(s)].empty()) {
       host = pending_slots_[static_cast<std::size_t>(s)];
-    } else if (r.arena.size()) {
-      backend::cuda::device_guard on(r.device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), r.arena.data() + plan0::slot_offset(s), plan0::trainable_bytes,
-                                     cudaMemcpyDeviceToHost));
+    } else {
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        download_slot(static_cast<int>(k), s, host.data());
+        if constexpr (!sharded) break;  // replica 0's: they are alike
+      }
     }
     return host;
   }
-  // Replaces slot s on every replica, when the next step lays its arena out.
+  // Replaces slot s on every replica (its shard of it under zero<k>), when
+  // the next step lays its arena out.
   void set_slot_values(int s, std::span<const float> values) {
     if (values.size() != Net::trainable_floats)
       throw std::invalid_argument("set_slot_values: " + std::to_string(values.size()) +
                                   " floats for a slot of " + std::to_string(Net::trainable_floats));
-    pending_slots_.resize(static_cast<std::size_t>(training_.slots));
-    pending_slots_.at(static_cast<std::size_t>(s)).assign(values.begin(), values.end());
-    download_weights();           // the host copy is what the next upload sends
-    device_has_weights_ = false;  // the next step uploads the weights and every pending slot, once
+    pending_slot(s).assign(values.begin(), values.end());
+  }
+  // zero<k>: the cut of the trainable region into shards (count + 1
+  // bounds), the shards this process holds (every replica's under
+  // mirrored<N>, its own across workers) and shard i's part of slot s, in
+  // host memory that goes to the device before the next step: what a
+  // sharded checkpoint writes and loads, rank by rank.
+  std::vector<std::size_t> shard_cut() const
+    requires sharded
+  {
+    return replication_.shard_cut();
+  }
+  std::vector<int> held_shards() const
+    requires sharded
+  {
+    return replication_.held_shards();
+  }
+  std::span<float> slot_shard(int i, int s)
+    requires sharded
+  {
+    const std::vector<int> held = held_shards();
+    const auto at = std::find(held.begin(), held.end(), i);
+    if (at == held.end())
+      throw std::logic_error("slot_shard: this process does not hold shard " + std::to_string(i) + " of " +
+                             Strategy::name());
+    const std::vector<std::size_t> cut = shard_cut();
+    const bool fresh = pending_slots_.size() <= static_cast<std::size_t>(s) ||
+                       pending_slots_[static_cast<std::size_t>(s)].empty();
+    std::vector<float>& slot = pending_slot(s);
+    if (fresh) {  // the held shards from their devices (zeros before the first step)
+      slot.assign(Net::trainable_floats, 0.f);
+      for (std::size_t k = 0; k < replicas_.size(); ++k) download_slot(static_cast<int>(k), s, slot.data());
+    }
+    return {slot.data() + cut[static_cast<std::size_t>(i)], cut[static_cast<std::size_t>(i) + 1] - cut[static_cast<std::size_t>(i)]};
+  }
+  // zero<k, multi_worker>: `work` here, and whether it succeeded on every
+  // worker (distribute::all_or_none).
+  template <class Work>
+  void all_or_none(const std::string& step, Work&& work) const
+    requires(sharded && across_processes)
+  {
+    distribute::all_or_none(strategy_.inner, step, std::forward<Work>(work));
   }
 
   // Loss scaling (mixed_float16 only), as on the CPU: dynamic by default
@@ -489,7 +545,7 @@ class engine<Net, Policy, Strategy, cuda> {
 
   // Where the step region starts: after the parameters, gradients and slots.
   std::size_t step_base() const {
-    return plan0::slots_offset + static_cast<std::size_t>(training_.slots) * plan0::trainable_bytes;
+    return slot_offset(training_.slots);
   }
 
   // Every replica's program for the shard size, and the strategy's
@@ -603,33 +659,103 @@ class engine<Net, Policy, Strategy, cuda> {
                             "ncclAllReduce (the step's mean loss)");
   }
 
-  // The step's end: the optimizer (refusing the update for a non-finite
-  // loss without loss scaling), then what the host reads back: the step
+  // The step's end on every replica: regularizers, the optimizer's passes
+  // (refusing the update for a non-finite loss without loss scaling;
+  // under zero<k> each pass's statistics summed over the shards and the
+  // updated weights all-gathered), then what the host reads back: the step
   // state and the mean loss (the outputs went back before the loss, and
   // only for a metric that the device does not count: replica_step::loss).
-  void record_update(replica& r, cudaStream_t s) {
+  void record_update() {
+    std::array<cudaStream_t, replica_count> streams{};
+    for (std::size_t k = 0; k < replicas_.size(); ++k) streams[k] = replicas_[k]->compute.get();
+    const auto each = [&](auto&& f) {
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        backend::cuda::device_guard on(replicas_[k]->device);
+        f(*replicas_[k], streams[k]);
+      }
+    };
+    if constexpr (has_regularizers) each([&](replica& r, cudaStream_t s) { regularize(r, s); });
+    const int passes = replicas_[0]->optimizer->update_passes();
+    for (int pass = 0; pass < passes; ++pass) {
+      std::array<backend::cuda::measured_statistics, replica_count> measured{};
+      std::size_t k = 0;
+      each([&](replica& r, cudaStream_t s) {
+        float* scalars = r.step_scalars.template data<float>();
+        measured[k++] = r.optimizer->record_pass(pass, r.arena.data(), plan0::gradients_offset, slot_offsets(), s,
+                                                 loss_scaling ? nullptr : scalars);
+      });
+      if constexpr (sharded)
+        if (pass + 1 < passes) replication_.sum_statistics(measured, streams);
+    }
+    if constexpr (sharded) {
+      std::array<float*, replica_count> weights{};
+      for (std::size_t k = 0; k < replicas_.size(); ++k) weights[k] = reinterpret_cast<float*>(replicas_[k]->arena.data());
+      replication_.all_gather_weights(weights, streams);
+    }
+    each([&](replica& r, cudaStream_t s) {
+      float* scalars = r.step_scalars.template data<float>();
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars,
+                                          (has_regularizers ? 2 : 1) * sizeof(float), cudaMemcpyDeviceToHost, s));
+    });
+  }
+  // Regularizers on the (all-reduced) gradients, still scaled under
+  // mixed_float16: their gradients are scaled alike before the optimizer's
+  // statistics pass unscales everything. The penalty goes to scalars[1].
+  void regularize(replica& r, cudaStream_t s) {
     float* scalars = r.step_scalars.template data<float>();
-    // Regularizers on the (all-reduced) gradients, still scaled under
-    // mixed_float16: their gradients are scaled alike before the
-    // optimizer's statistics pass unscales everything.
-    if constexpr (has_regularizers)
-      backend::cuda::apply_regularization(
-          reinterpret_cast<const float*>(r.arena.data()),
-          reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset),
-          r.regularization_table.template data<backend::cuda::regularization_entry>(), r.regularized_tensors,
-          loss_scaling ? &r.optimizer->state()->loss_scale : nullptr, scalars + 1,
-          r.regularization_partials.template data<double>(), s);
-    r.optimizer->record_update(r.arena.data(), plan0::gradients_offset, slot_offsets(), s,
-                               loss_scaling ? nullptr : scalars);
-    TYPEFLOW_CUDA_CHECK(
-        cudaMemcpyAsync(r.state_mirror(), r.optimizer->state(), sizeof(step_state), cudaMemcpyDeviceToHost, s));
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.step_scalars_host.data(), scalars, (has_regularizers ? 2 : 1) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
+    backend::cuda::apply_regularization(
+        reinterpret_cast<const float*>(r.arena.data()), reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset),
+        r.regularization_table.template data<backend::cuda::regularization_entry>(), r.regularized_tensors,
+        loss_scaling ? &r.optimizer->state()->loss_scale : nullptr, scalars + 1,
+        r.regularization_partials.template data<double>(), s);
+  }
+
+  // Replica k's range of the trainable region for its optimizer: the whole
+  // region, or under zero<k> its shard.
+  optimizers::device::plan_range update_range(int k) const {
+    if constexpr (sharded) {
+      const std::vector<std::size_t> cut = replication_.shard_cut();
+      const auto i = static_cast<std::size_t>(replication_.shard_of(k));
+      return {cut[i], cut[i + 1]};
+    }
+    return {};
+  }
+  // The bytes of one optimizer slot in a replica's arena: the trainable
+  // region, or under zero<k> the longest shard; and where slot s starts.
+  std::size_t slot_bytes() const {
+    if constexpr (sharded) return replication_.shard_floats() * sizeof(float);
+    return plan0::trainable_bytes;
+  }
+  std::size_t slot_offset(int s) const { return plan0::slots_offset + static_cast<std::size_t>(s) * slot_bytes(); }
+  // The part of the trainable region replica k's slots hold: all of it, or its shard.
+  optimizers::device::plan_range held_range(int k) const {
+    if constexpr (sharded) return update_range(k);
+    return {0, Net::trainable_floats};
+  }
+  // Replica k's part of slot s (held_range) into `into` (a whole slot's
+  // floats), when its arena exists.
+  void download_slot(int k, int s, float* into) const {
+    const replica& r = *replicas_[static_cast<std::size_t>(k)];
+    if (!r.arena.size()) return;
+    const optimizers::device::plan_range range = held_range(k);
+    backend::cuda::device_guard on(r.device);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(into + range.begin, r.arena.data() + slot_offset(s),
+                                   (range.end - range.begin) * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  // Slot s's host copy that the next upload sends (every held part of it):
+  // the devices take the weights and it before the next step.
+  std::vector<float>& pending_slot(int s) {
+    pending_slots_.resize(std::max(pending_slots_.size(), static_cast<std::size_t>(training_.slots)));
+    download_weights();           // the host copy is what the next upload sends
+    device_has_weights_ = false;  // the next step uploads the weights and every pending slot, once
+    return pending_slots_.at(static_cast<std::size_t>(s));
   }
 
   std::array<std::size_t, 8> slot_offsets() const {
     std::array<std::size_t, 8> offsets{};
-    for (int s = 0; s < training_.slots && s < 8; ++s) offsets[static_cast<std::size_t>(s)] = plan0::slot_offset(s);
+    for (int s = 0; s < training_.slots && s < 8; ++s) offsets[static_cast<std::size_t>(s)] = slot_offset(s);
     return offsets;
   }
 
@@ -702,14 +828,18 @@ class engine<Net, Policy, Strategy, cuda> {
       r->compute.synchronize();
     }
     device_has_weights_ = std::all_of(replicas_.begin(), replicas_.end(), [](auto& r) { return r->arena.size() > 0; });
-    // Slots a checkpoint set (set_slot_values), once every replica has its arena.
+    // Slots a checkpoint set (set_slot_values, slot_shard), once every
+    // replica has its arena: the whole slot, or under zero<k> its shard.
     if (device_has_weights_ && !pending_slots_.empty()) {
-      for (auto& r : replicas_) {
+      for (std::size_t k = 0; k < replicas_.size(); ++k) {
+        auto& r = replicas_[k];
         backend::cuda::device_guard on(r->device);
-        for (std::size_t k = 0; k < pending_slots_.size(); ++k)
-          if (!pending_slots_[k].empty())
-            backend::cuda::copy_to_device(r->arena.data() + plan0::slot_offset(static_cast<int>(k)),
-                                          pending_slots_[k].data(), plan0::trainable_bytes);
+        const optimizers::device::plan_range range = held_range(static_cast<int>(k));
+        for (std::size_t s = 0; s < pending_slots_.size(); ++s)
+          if (!pending_slots_[s].empty())
+            backend::cuda::copy_to_device(r->arena.data() + slot_offset(static_cast<int>(s)),
+                                          pending_slots_[s].data() + range.begin,
+                                          (range.end - range.begin) * sizeof(float));
       }
       pending_slots_.clear();
     }

@@ -82,10 +82,10 @@ struct budget_of_plan {
 // slots), against Budget: without the optimizer's slots at compile time, with
 // them (`slots`) at run time, before fit, train_on_batch, evaluate or
 // predict allocates anything.
-template <class Budget, class Net, int N, class Strategy>
+template <class Budget, class Net, int N, class Strategy, class Device = cpu>
 void check_device_budget(int slots, const char* where) {
   if constexpr (Budget::bytes > 0) {
-    using budget = budget_of_plan<Budget, rank_memory<Net, Strategy, N>>;
+    using budget = budget_of_plan<Budget, rank_memory<Net, Strategy, N, Device>>;
     static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
                   "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
                   "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "

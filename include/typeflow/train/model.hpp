@@ -130,7 +130,7 @@ class model {
     print_summary<Net>(out, line_length);
     if constexpr (is_zero_v<Strategy>) {
       const std::string per_replica =
-          distribute::rank_memory_text<Net, Strategy>(training_.optimizer ? training_.slots : -1, shard_count());
+          distribute::rank_memory_text<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1, shard_count());
       std::fwrite(per_replica.data(), 1, per_replica.size(), out);
     }
   }
@@ -138,7 +138,7 @@ class model {
   static std::string summary_text(std::size_t line_length = 0) {
     std::string text = typeflow::summary_text<Net>(line_length);
     if constexpr (is_zero_v<Strategy>)
-      text += distribute::rank_memory_text<Net, Strategy>(-1, Strategy::across_processes ? 0 : Strategy::replicas);
+      text += distribute::rank_memory_text<Net, Strategy, Device>(-1, Strategy::across_processes ? 0 : Strategy::replicas);
     return text;
   }
   // What a report lists about this model and its training, as (name, value)
@@ -160,7 +160,7 @@ class model {
     if (trained_batch_size_ > 0) rows.emplace_back("batch size", std::to_string(trained_batch_size_));
     if constexpr (is_zero_v<Strategy>)
       for (auto& [what, value] :
-           distribute::rank_memory_rows<Net, Strategy>(training_.optimizer ? training_.slots : -1, shard_count()))
+           distribute::rank_memory_rows<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1, shard_count()))
         rows.emplace_back(what + " per replica", std::move(value));
     return rows;
   }
@@ -803,7 +803,7 @@ class model {
   }
   template <int N>
   static void check_budget(int slots, const char* where) {
-    check_device_budget<Budget, Net, N, Strategy>(slots, where);
+    check_device_budget<Budget, Net, N, Strategy, Device>(slots, where);
   }
 
   // A run continued from a checkpoint trains at the checkpoint's batch size.

@@ -62,6 +62,7 @@ struct update_plan_view {
   std::uint32_t tensor_count = 0;
   std::uint32_t chunk_count = 0;
   std::uint64_t floats = 0;
+  std::uint64_t slot_origin = 0;  // the slots' element i is slot[i - slot_origin] (update_plan's)
 };
 
 // Bytes of the workspace gradient_statistics needs: a double and an int per chunk.
@@ -81,7 +82,7 @@ class device_update_plan {
       copy_to_device(chunks_.data(), plan.chunks.data(), chunks_.size());
     view_ = {tensors_.data<optimizer_device::tensor_entry>(), chunks_.data<optimizer_device::chunk>(),
              static_cast<std::uint32_t>(plan.tensors.size()), static_cast<std::uint32_t>(plan.chunks.size()),
-             plan.floats};
+             plan.floats, plan.slot_origin};
   }
   const update_plan_view& view() const noexcept { return view_; }
   std::uint32_t tensor_count() const noexcept { return view_.tensor_count; }
@@ -121,7 +122,8 @@ void gradient_statistics(float* grads, const device_update_plan& plan, float inv
 // when `table` holds no values for update number state->iterations + 1;
 // otherwise clip, decay and Rule on every element. Gradients are read, not
 // written: they stay unscaled but unclipped. Slots: values.rule.slots() of
-// them, in the rule's order (the CPU optimizer's slot order).
+// them, in the rule's order (the CPU optimizer's slot order), each holding
+// the plan's range: element i at slot[i - slot_origin] (update_plan's).
 template <class Rule>
 void apply_update(float* weights, const float* grads, slot_pointers slots, const device_update_plan& plan,
                   optimizer_rules::clip_options clip, const optimizer_device::gradient_statistics* statistics,
@@ -258,7 +260,8 @@ void accumulate_gradients(float* grads, float* accumulator, std::size_t floats, 
 // Keras's optimizer EMA (optimizers/ema.hpp), after finish_step: when the
 // step applied its update (state->last_applied), average = moving_average(
 // average, weights, m) over the plan's tensors that are not statistics, m
-// = 0 at update 1, and the weights become the average every
+// = 0 at update 1 (the average holding the plan's range, as a slot), and
+// the weights become the average every
 // overwrite_frequency updates (0: never). Graph-safe: the update number
 // comes from *state when the kernel runs.
 void moving_average_update(float* weights, float* average, const device_update_plan& plan,

@@ -177,7 +177,7 @@ __global__ void apply_update_kernel(float* weights, const float* grads, slot_poi
       to_array(*reinterpret_cast<const float4*>(grads + e), g);
 #pragma unroll
       for (int k = 0; k < most; ++k)
-        if (k < slot_count) to_array(*reinterpret_cast<const float4*>(slots.slot[k] + e), s[k]);
+        if (k < slot_count) to_array(*reinterpret_cast<const float4*>(slots.slot[k] + (e - plan.slot_origin)), s[k]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float element_slots[most];
@@ -191,20 +191,20 @@ __global__ void apply_update_kernel(float* weights, const float* grads, slot_poi
       *reinterpret_cast<float4*>(weights + e) = from_array(w);
 #pragma unroll
       for (int k = 0; k < most; ++k)
-        if (k < slot_count) *reinterpret_cast<float4*>(slots.slot[k] + e) = from_array(s[k]);
+        if (k < slot_count) *reinterpret_cast<float4*>(slots.slot[k] + (e - plan.slot_origin)) = from_array(s[k]);
     }
     for (std::size_t j = threadIdx.x; j < vp.scalars(); j += blockDim.x) {
       const std::size_t e = ch.begin + vp.scalar_index(j);
       float w = weights[e], s[most] = {};
 #pragma unroll
       for (int k = 0; k < most; ++k)
-        if (k < slot_count) s[k] = slots.slot[k][e];
+        if (k < slot_count) s[k] = slots.slot[k][e - plan.slot_origin];
       optimizer_rules::update_element(w, grads[e], s, values.rule, clip.kind, clip.limit, factor, decays,
                                       values.decay_factor);
       weights[e] = w;
 #pragma unroll
       for (int k = 0; k < most; ++k)
-        if (k < slot_count) slots.slot[k][e] = s[k];
+        if (k < slot_count) slots.slot[k][e - plan.slot_origin] = s[k];
     }
   }
 }
@@ -242,8 +242,8 @@ __global__ void moving_average_kernel(float* weights, float* average, update_pla
     if (ch.tensor < 0 || !plan.tensors[ch.tensor].normed) continue;  // padding, statistics
     for (std::uint32_t i = threadIdx.x; i < ch.length; i += blockDim.x) {
       const std::size_t e = ch.begin + i;
-      const float a = optimizer_rules::moving_average(average[e], weights[e], step.momentum);
-      average[e] = a;
+      const float a = optimizer_rules::moving_average(average[e - plan.slot_origin], weights[e], step.momentum);
+      average[e - plan.slot_origin] = a;
       if (step.overwrite) weights[e] = a;
     }
   }
@@ -289,6 +289,7 @@ void launch_apply_update(float* weights, const float* grads, slot_pointers slots
                                 "(pass tensor_squared_norms to gradient_statistics and here)");
   bool vector = aligned16(weights) && aligned16(grads);
   for (float* s : slots.slot) vector = vector && aligned16(s);  // null is aligned
+  vector = vector && view.slot_origin % 4 == 0;                 // slot[e - origin] on the weights' float4s
   apply_update_kernel<Rule><<<chunk_blocks(view.chunk_count), optimizer_threads, 0, stream>>>(
       weights, grads, slots, view, clip, statistics, tensor_squared_norms, source, vector);
   TYPEFLOW_CUDA_CHECK_LAUNCH();
