@@ -171,7 +171,8 @@ TEST_CASE("cuda zero<2, mirrored<2>>: a sharded checkpoint reloads every shard o
   const tf::optimizers::adam optimizer{.learning_rate = 0.01f};
   model_under<tf::zero<2, tf::mirrored<2>>> saved(seed), loaded(seed + 1);
   train(saved, d, optimizer, 1);
-  const std::filesystem::path dir = fresh_dir("typeflow_cuda_zero_checkpoint"), again = fresh_dir("typeflow_cuda_zero_again");
+  const std::filesystem::path dir = fresh_dir("typeflow_cuda_zero_checkpoint");
+  const std::filesystem::path again = fresh_dir("typeflow_cuda_zero_again");
   const std::filesystem::path written = saved.save_checkpoint(dir);
   CHECK(std::filesystem::exists(written / tf::io::checkpoint_shard_name(0, 2)));
   CHECK(std::filesystem::exists(written / tf::io::checkpoint_shard_name(1, 2)));

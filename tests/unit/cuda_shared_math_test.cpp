@@ -346,7 +346,8 @@ TEST_CASE("make_update_plan over zero<k>'s shards: chunks that tile the region, 
     std::vector<std::uint64_t> tensor_floats(tensors.size(), 0);
     std::uint64_t at = 0;
     for (int r = 0; r < shards; ++r) {
-      plans.push_back(od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, 64, {cut[r], cut[r + 1]}));
+      plans.push_back(
+          od::make_update_plan(tensors, scenario_floats, o.weight_decay_applies_to, 64, {cut[r], cut[r + 1]}));
       const od::update_plan& plan = plans.back();
       CHECK(plan.slot_origin == cut[r]);
       REQUIRE(plan.tensors.size() == tensors.size());
@@ -359,11 +360,13 @@ TEST_CASE("make_update_plan over zero<k>'s shards: chunks that tile the region, 
         }
       }
       REQUIRE(at == cut[r + 1]);
-      for (std::size_t t = 0; t < tensors.size(); ++t)
-        for (std::uint32_t c = plan.tensors[t].first_chunk; c < plan.tensors[t].first_chunk + plan.tensors[t].chunk_count; ++c) {
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        const od::tensor_entry& e = plan.tensors[t];
+        for (std::uint32_t c = e.first_chunk; c < e.first_chunk + e.chunk_count; ++c) {
           REQUIRE(plan.chunks[c].tensor == static_cast<std::int32_t>(t));
           tensor_floats[t] += plan.chunks[c].length;
         }
+      }
     }
     CHECK(at == scenario_floats);
     for (std::size_t t = 0; t < tensors.size(); ++t) CHECK(tensor_floats[t] == tensors[t].size);
@@ -407,7 +410,8 @@ TEST_CASE("make_update_plan over zero<k>'s shards: chunks that tile the region, 
     CHECK(std::memcmp(w.data(), w_sharded.data(), w.size() * sizeof(float)) == 0);
     for (int r = 0; r < shards; ++r)
       for (int k = 0; k < 2; ++k)
-        CHECK(std::memcmp(shard_slots[r][k].data(), slots[k].data() + cut[r], shard_slots[r][k].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(shard_slots[r][k].data(), slots[k].data() + cut[r],
+                          shard_slots[r][k].size() * sizeof(float)) == 0);
   }
 }
 

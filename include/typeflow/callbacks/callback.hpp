@@ -92,6 +92,12 @@ class model_access {
   // started continues where the checkpoint's fit was (backup_and_restore).
   virtual void load_checkpoint(const std::filesystem::path& dir) = 0;
   virtual bool is_chief() const = 0;  // multi_worker: rank 0; write files only there
+  // Across processes (multi_worker, zero<k, multi_worker>): each value of
+  // `l` becomes its mean over the job's workers, a collective that every
+  // worker calls (fit does at each epoch's end, so that callbacks decide
+  // alike everywhere, as Keras reduces its logs across replicas); elsewhere
+  // nothing.
+  virtual void mean_over_workers(logs& /*l*/) {}
   // Keras's model.optimizer.learning_rate: the next update's rate, and its
   // replacement by a constant (refused when compile() was given a schedule,
   // as Keras refuses it).

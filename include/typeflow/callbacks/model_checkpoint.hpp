@@ -164,8 +164,13 @@ class model_checkpoint : public callback {
  private:
   void save(std::int64_t batch, const logs& l) {
     if (!model()) return;
+    // Every save_freq batches the logs are each worker's running means: the
+    // job's, so that every worker decides alike and names the same file
+    // (the epoch's logs are the job's already).
+    logs job = l;
+    if (batch > 0) model()->mean_over_workers(job);
     if (options_.save_best_only) {
-      const std::optional<double> current = value_.read(l);
+      const std::optional<double> current = value_.read(job);
       if (!current) return;
       if (!value_.improves(*current, best_)) {
         if (options_.verbose > 0)
@@ -177,7 +182,7 @@ class model_checkpoint : public callback {
                     *best_, *current);
       best_ = *current;
     }
-    const std::filesystem::path path = detail::format_filepath(filepath_, epoch_, batch, l);
+    const std::filesystem::path path = detail::format_filepath(filepath_, epoch_, batch, job);
     // Every worker calls the save, and the chief writes: under zero<k,
     // multi_worker> each worker holds a shard, and saving is a collective.
     if (options_.save_weights_only)

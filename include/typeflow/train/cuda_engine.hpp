@@ -515,7 +515,8 @@ class engine<Net, Policy, Strategy, cuda> {
       slot.assign(Net::trainable_floats, 0.f);
       for (std::size_t k = 0; k < replicas_.size(); ++k) download_slot(static_cast<int>(k), s, slot.data());
     }
-    return {slot.data() + cut[static_cast<std::size_t>(i)], cut[static_cast<std::size_t>(i) + 1] - cut[static_cast<std::size_t>(i)]};
+    const auto index = static_cast<std::size_t>(i);
+    return {slot.data() + cut[index], cut[index + 1] - cut[index]};
   }
   // zero<k, multi_worker>: `work` here, and whether it succeeded on every
   // worker (distribute::all_or_none).
@@ -689,7 +690,8 @@ class engine<Net, Policy, Strategy, cuda> {
     }
     if constexpr (sharded) {
       std::array<float*, replica_count> weights{};
-      for (std::size_t k = 0; k < replicas_.size(); ++k) weights[k] = reinterpret_cast<float*>(replicas_[k]->arena.data());
+      for (std::size_t k = 0; k < replicas_.size(); ++k)
+        weights[k] = reinterpret_cast<float*>(replicas_[k]->arena.data());
       replication_.all_gather_weights(weights, streams);
     }
     each([&](replica& r, cudaStream_t s) {
@@ -706,7 +708,8 @@ class engine<Net, Policy, Strategy, cuda> {
   void regularize(replica& r, cudaStream_t s) {
     float* scalars = r.step_scalars.template data<float>();
     backend::cuda::apply_regularization(
-        reinterpret_cast<const float*>(r.arena.data()), reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset),
+        reinterpret_cast<const float*>(r.arena.data()),
+        reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset),
         r.regularization_table.template data<backend::cuda::regularization_entry>(), r.regularized_tensors,
         loss_scaling ? &r.optimizer->state()->loss_scale : nullptr, scalars + 1,
         r.regularization_partials.template data<double>(), s);

@@ -237,6 +237,11 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       state.fill_logs(epoch_logs, "val_");
       for (auto* c : callbacks) c->on_test_end(epoch_logs);
     }
+    // Across workers each saw its shard: the job's means, so that
+    // early_stopping, model_checkpoint's save_best_only and the History
+    // decide and read alike on every worker (a collective save or stop
+    // taken on some workers alone would leave the others waiting).
+    access.mean_over_workers(epoch_logs);
     position.epoch = epoch + 1;  // a checkpoint written from here on continues at the next epoch
     position.step = 0;
     position.epoch_end_logs = &epoch_logs;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -130,7 +131,8 @@ class model {
     print_summary<Net>(out, line_length);
     if constexpr (is_zero_v<Strategy>) {
       const std::string per_replica =
-          distribute::rank_memory_text<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1, shard_count());
+          distribute::rank_memory_text<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1,
+                                                              shard_count());
       std::fwrite(per_replica.data(), 1, per_replica.size(), out);
     }
   }
@@ -138,7 +140,8 @@ class model {
   static std::string summary_text(std::size_t line_length = 0) {
     std::string text = typeflow::summary_text<Net>(line_length);
     if constexpr (is_zero_v<Strategy>)
-      text += distribute::rank_memory_text<Net, Strategy, Device>(-1, Strategy::across_processes ? 0 : Strategy::replicas);
+      text += distribute::rank_memory_text<Net, Strategy, Device>(
+          -1, Strategy::across_processes ? 0 : Strategy::replicas);
     return text;
   }
   // What a report lists about this model and its training, as (name, value)
@@ -160,7 +163,8 @@ class model {
     if (trained_batch_size_ > 0) rows.emplace_back("batch size", std::to_string(trained_batch_size_));
     if constexpr (is_zero_v<Strategy>)
       for (auto& [what, value] :
-           distribute::rank_memory_rows<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1, shard_count()))
+           distribute::rank_memory_rows<Net, Strategy, Device>(training_.optimizer ? training_.slots : -1,
+                                                               shard_count()))
         rows.emplace_back(what + " per replica", std::move(value));
     return rows;
   }
@@ -664,6 +668,27 @@ class model {
     else
       return Strategy::replicas;
   }
+  // Across processes: each value of `l` becomes its mean over the job's
+  // workers (model_access::mean_over_workers), through the strategy's
+  // all-reduce of doubles (multi_worker's, zero<k, multi_worker>'s inner).
+  void mean_over_workers(logs& l) const {
+    if constexpr (Strategy::across_processes) {
+      const auto& workers = [&]() -> const auto& {
+        if constexpr (is_zero_v<Strategy>)
+          return strategy().inner;
+        else
+          return strategy();
+      }();
+      if constexpr (requires(double* d) { workers.all_reduce_mean(d, std::size_t{1}, "logs"); }) {
+        std::array<double, logs::capacity> values{};
+        for (std::size_t i = 0; i < l.count; ++i) values[i] = l.entries[i].value;
+        workers.all_reduce_mean(values.data(), l.count, "the epoch's logs");
+        for (std::size_t i = 0; i < l.count; ++i) l.entries[i].value = values[i];
+      }
+    } else {
+      (void)l;
+    }
+  }
   std::vector<float> held_slot(int s) {
     const auto held = engine_.slot_values(s);
     return std::vector<float>(held.begin(), held.end());
@@ -711,6 +736,7 @@ class model {
     }
     void load_checkpoint(const std::filesystem::path& dir) override { m.load_checkpoint(dir); }
     bool is_chief() const override { return m.is_chief(); }
+    void mean_over_workers(logs& l) override { m.mean_over_workers(l); }
     double learning_rate() const override { return m.learning_rate(); }
     void set_learning_rate(double rate) override { m.set_learning_rate(rate); }
     void swap_ema_weights() override { m.swap_ema_weights(); }
