@@ -2,25 +2,31 @@
 // maps over misaligned pointers and odd sizes, 16-bit conversions, the
 // activations, dropout's mask (against the CPU dropout layer), each optimizer
 // over three steps (against its update()), clipping, the skipped non-finite
-// step, and a whole step captured in a graph and replayed.
+// step, a whole step captured in a graph and replayed, and zero<k>'s
+// sharded optimizer against the whole region's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "typeflow/backend/cuda/kernels/elementwise.cuh"
+#include "typeflow/backend/cuda/device_optimizer.hpp"
 #include "typeflow/backend/cuda/optimizer.hpp"
 #include "typeflow/backend/cuda/runtime.hpp"
 #include "typeflow/core/functors.hpp"
 #include "typeflow/core/half.hpp"
+#include "typeflow/distribute/zero.hpp"
 #include "typeflow/backend/cpu/dropout.hpp"
 #include "typeflow/optimizers/device_update.hpp"
 #include "typeflow/optimizers/optimizers.hpp"
@@ -690,4 +696,143 @@ TEST_CASE("a whole step captured in a graph replays like eager steps and like th
   }
   s.synchronize();
   CHECK(bit_identical(eager.download(), from_graph));
+}
+
+// ---------------------------------------------------------------------------
+// zero<k>'s device optimizer: each replica's optimizer over its shard of the
+// region (device_update.hpp's plan_range), its slots holding the shard
+// alone, run pass by pass with the shards' statistics summed between the
+// passes and the weights all-gathered after (on one GPU: several arenas,
+// the sums and the gathers through the host, as NCCL would do them).
+
+namespace {
+
+// One replica's arena as the engine lays it out: weights, gradients, then
+// `slot_count` slots of `slot_floats` each.
+struct optimizer_arena {
+  static constexpr int slot_count = 4;  // enough for adam's two and accumulate<K>'s accumulator
+  std::size_t slot_floats;
+  device_array<std::byte> bytes;
+  explicit optimizer_arena(std::size_t slot_floats_)
+      : slot_floats(slot_floats_), bytes((2 * floats + slot_count * slot_floats_) * sizeof(float)) {
+    TYPEFLOW_CUDA_CHECK(cudaMemset(bytes.get(), 0, bytes.size));
+  }
+  float* weights() const { return reinterpret_cast<float*>(bytes.get()); }
+  float* grads() const { return weights() + floats; }
+  std::size_t gradients_offset() const { return floats * sizeof(float); }
+  std::array<std::size_t, 8> slot_offsets() const {
+    std::array<std::size_t, 8> offsets{};
+    for (int s = 0; s < slot_count; ++s)
+      offsets[static_cast<std::size_t>(s)] = (2 * floats + static_cast<std::size_t>(s) * slot_floats) * sizeof(float);
+    return offsets;
+  }
+  std::vector<float> slot(int s) const {
+    std::vector<float> host(slot_floats);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(host.data(), bytes.get() + slot_offsets()[static_cast<std::size_t>(s)],
+                                   slot_floats * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+// The shards' measured statistics become the whole region's on every shard:
+// the squared norms summed, all_finite the least (cuda_replicas::sum_statistics).
+void sum_over_shards(const std::vector<cu::measured_statistics>& measured) {
+  od::gradient_statistics total{0.0, 1, 0};
+  std::vector<double> norms(measured[0].tensors, 0.0);
+  for (const auto& m : measured) {
+    const od::gradient_statistics own = read_device(m.statistics);
+    total.squared_norm += own.squared_norm;
+    total.all_finite = std::min(total.all_finite, own.all_finite);
+    std::vector<double> own_norms(m.tensors);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(own_norms.data(), m.tensor_squared_norms, m.tensors * sizeof(double),
+                                   cudaMemcpyDeviceToHost));
+    for (std::size_t t = 0; t < norms.size(); ++t) norms[t] += own_norms[t];
+  }
+  for (const auto& m : measured) {
+    cu::copy_to_device(m.statistics, &total, sizeof total);
+    cu::copy_to_device(m.tensor_squared_norms, norms.data(), norms.size() * sizeof(double));
+  }
+}
+
+// Three steps of `o` over the whole region and over `shards` shards; the
+// shards' weights (gathered) and slots against the whole region's: the same
+// per-element arithmetic, so the same values up to the device's fused
+// multiply-adds (`limit`, relative) and the summed norms' last bits.
+template <class O>
+void check_sharded(const O& o, int shards, int slots, double limit) {
+  CAPTURE(shards);
+  std::mt19937 gen(17);
+  const auto tensors = scenario_tensors();
+  const std::vector<float> w0 = random_vector(gen, floats, 0.5f);
+  const std::vector<std::size_t> cut = tf::shard_bounds(floats, shards);
+  const od::step_state initial = od::make_step_state();
+  optimizer_arena whole(floats);
+  auto whole_optimizer = cu::make_device_optimizer(o, tensors, floats, initial);
+  std::vector<optimizer_arena> arenas;
+  std::vector<std::unique_ptr<cu::device_optimizer_base>> sharded;
+  for (int r = 0; r < shards; ++r) {
+    arenas.emplace_back(tf::shard_length(floats, shards));
+    sharded.push_back(cu::make_device_optimizer(o, tensors, floats, initial, {cut[r], cut[r + 1]}));
+  }
+  cu::copy_to_device(whole.weights(), w0.data(), floats * sizeof(float));
+  for (auto& a : arenas) cu::copy_to_device(a.weights(), w0.data(), floats * sizeof(float));
+  cu::stream s;
+  const int passes = whole_optimizer->update_passes();
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> g = random_vector(gen, floats, 0.05f);
+    cu::copy_to_device(whole.grads(), g.data(), floats * sizeof(float));
+    for (auto& a : arenas) cu::copy_to_device(a.grads(), g.data(), floats * sizeof(float));
+    whole_optimizer->prepare(step + 1, s.get());
+    for (auto& opt_r : sharded) opt_r->prepare(step + 1, s.get());
+    for (int pass = 0; pass < passes; ++pass) {
+      whole_optimizer->record_pass(pass, whole.bytes.get(), whole.gradients_offset(), whole.slot_offsets(), s.get(),
+                                   nullptr);
+      std::vector<cu::measured_statistics> measured;
+      for (int r = 0; r < shards; ++r)
+        measured.push_back(sharded[static_cast<std::size_t>(r)]->record_pass(
+            pass, arenas[static_cast<std::size_t>(r)].bytes.get(), arenas[static_cast<std::size_t>(r)].gradients_offset(),
+            arenas[static_cast<std::size_t>(r)].slot_offsets(), s.get(), nullptr));
+      s.synchronize();
+      if (pass + 1 < passes) sum_over_shards(measured);
+    }
+    // The all-gather: each owner's shard of the weights to every arena.
+    for (int owner = 0; owner < shards; ++owner)
+      for (int r = 0; r < shards; ++r)
+        if (r != owner)
+          TYPEFLOW_CUDA_CHECK(cudaMemcpy(arenas[static_cast<std::size_t>(r)].weights() + cut[owner],
+                                         arenas[static_cast<std::size_t>(owner)].weights() + cut[owner],
+                                         (cut[owner + 1] - cut[owner]) * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  s.synchronize();
+  std::size_t beyond = 0;
+  const auto compare = [&](const float* a, const float* b, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) beyond += std::abs(double{a[i]} - b[i]) > limit * std::abs(double{b[i]}) + 1e-9;
+  };
+  std::vector<float> expected(floats), got(floats);
+  TYPEFLOW_CUDA_CHECK(cudaMemcpy(expected.data(), whole.weights(), floats * sizeof(float), cudaMemcpyDeviceToHost));
+  for (auto& a : arenas) {
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(got.data(), a.weights(), floats * sizeof(float), cudaMemcpyDeviceToHost));
+    compare(got.data(), expected.data(), floats);
+  }
+  for (int k = 0; k < slots; ++k) {
+    const std::vector<float> reference = whole.slot(k);
+    for (int r = 0; r < shards; ++r) {
+      const std::vector<float> own = arenas[static_cast<std::size_t>(r)].slot(k);
+      compare(own.data(), reference.data() + cut[r], cut[r + 1] - cut[r]);
+    }
+  }
+  CHECK(beyond == 0);
+  CHECK(read_device(sharded.back()->state()).iterations == read_device(whole_optimizer->state()).iterations);
+}
+
+}  // namespace
+
+TEST_CASE("zero<k>'s device optimizer: shards updated pass by pass with summed statistics give the whole region's") {
+  for (int shards : {2, 3}) {
+    check_sharded(opt::adamw{.learning_rate = 0.01, .weight_decay = 0.05f}, shards, 2, 1e-6);
+    // Clipping reads the summed norm: its last bits may differ from one sum.
+    check_sharded(opt::adamw{.learning_rate = 0.01, .global_clipnorm = 1.f}, shards, 2, 1e-5);
+    // accumulate<2>: three passes, the accumulator sharded too.
+    check_sharded(opt::accumulate<2>(opt::adam{.learning_rate = 0.01}), shards, 3, 1e-6);
+  }
 }

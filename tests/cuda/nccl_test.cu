@@ -3,19 +3,22 @@
 // communicator (as the only rank, from an NCCL id made here: no MPI, which the
 // GPU test machine lacks) with its deadline.
 // Cases that need two devices say so and pass on a one-GPU machine; the
-// bucketed cases also run with one device, which checks the stream/event
-// plumbing and the capture but not the reduction across devices.
+// bucketed cases and zero<k>'s collectives (reduce-scatter, all-gather, the
+// shards' statistics) also run with one device, which checks the calls, the
+// stream/event plumbing and the capture but not the reduction across devices.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "typeflow/distribute/bucketed_all_reduce.hpp"
+#include "typeflow/distribute/zero.hpp"
 
 namespace cu = typeflow::backend::cuda;
 namespace td = typeflow::distribute;
@@ -389,4 +392,136 @@ TEST_CASE("nccl: nccl_communicator::wait gives up at its deadline, aborts, and n
   float* nothing = nullptr;
   CHECK_THROWS_WITH_AS(comm.all_reduce_mean(nothing, 1, s.get()), doctest::Contains("aborted earlier"), cu::nccl_error);
   s.synchronize();
+}
+
+namespace {
+// The shard of the cut that holds element i.
+int owner_of(const std::vector<std::size_t>& cut, std::size_t i) {
+  for (std::size_t o = 0; o + 1 < cut.size(); ++o)
+    if (i >= cut[o] && i < cut[o + 1]) return static_cast<int>(o);
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("nccl: zero<k>'s reduce-scatter, all-gather and statistics, over every device and over one rank") {
+  const int n = cu::device_count();
+  const std::size_t count = total_floats();
+  const std::vector<std::size_t> cut = typeflow::shard_bounds(count, n);
+  std::vector<int> devices(static_cast<std::size_t>(n));
+  std::iota(devices.begin(), devices.end(), 0);
+  cu::nccl_communicators comms(n);
+  auto replicas = make_replicas(devices, count);
+  std::vector<float*> buffers;
+  std::vector<cudaStream_t> streams;
+  for (int r = 0; r < n; ++r) {
+    const cu::device_guard on(r);
+    buffers.push_back(replicas[r].gradients.data<float>());
+    streams.push_back(replicas[r].compute.get());
+    fill_layer<<<cu::blocks_for(count, 256), 256, 0, streams[r]>>>(buffers[r], 0, count, r, 7);
+    TYPEFLOW_CUDA_CHECK_LAUNCH();
+  }
+  // A part of the buffers reduce-scattered: inside it each replica's shard
+  // holds the mean, and every other element the replica's own value.
+  const std::size_t offset = 1000, part = count / 2;
+  comms.reduce_scatter_mean(buffers.data(), offset, part, cut, streams.data(), "the test's reduce-scatter");
+  for (auto& rep : replicas) rep.compute.synchronize();
+  const auto after_scatter = [&](int r, std::size_t i) {
+    const bool reduced = i >= offset && i < offset + part && owner_of(cut, i) == r;
+    if (!reduced) return static_cast<double>(gradient_value(r, i, 7));
+    double sum = 0;
+    for (int q = 0; q < n; ++q) sum += gradient_value(q, i, 7);
+    return sum / n;
+  };
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const auto got = to_host(buffers[r], count);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += !close_to(got[i], after_scatter(r, i));
+    CHECK(wrong == 0);
+  }
+  // The all-gather: every replica holds each shard's owner's values.
+  comms.all_gather(buffers.data(), cut, streams.data(), "the test's all-gather");
+  for (auto& rep : replicas) rep.compute.synchronize();
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const auto got = to_host(buffers[r], count);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += !close_to(got[i], after_scatter(owner_of(cut, i), i));
+    CHECK(wrong == 0);
+  }
+  // The shards' statistics: a double summed, an int's least.
+  std::vector<cu::device_buffer> sums, verdicts;
+  std::vector<void*> sum_pointers, verdict_pointers;
+  for (int r = 0; r < n; ++r) {
+    const cu::device_guard on(r);
+    const double value = r + 1.5;
+    const std::int32_t verdict = r == n - 1 ? 0 : 1;
+    sums.emplace_back(sizeof(double));
+    verdicts.emplace_back(sizeof(std::int32_t));
+    cu::copy_to_device(sums.back().data(), &value, sizeof value);
+    cu::copy_to_device(verdicts.back().data(), &verdict, sizeof verdict);
+    sum_pointers.push_back(sums.back().data());
+    verdict_pointers.push_back(verdicts.back().data());
+  }
+  comms.all_reduce(sum_pointers.data(), 1, ncclDouble, ncclSum, streams.data(), "the test's sum");
+  comms.all_reduce(verdict_pointers.data(), 1, ncclInt32, ncclMin, streams.data(), "the test's least");
+  for (auto& rep : replicas) rep.compute.synchronize();
+  const double expected_sum = n * 1.5 + n * (n - 1) / 2.0;
+  for (int r = 0; r < n; ++r) {
+    double sum = 0;
+    std::int32_t verdict = 1;
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(&sum, sum_pointers[r], sizeof sum, cudaMemcpyDeviceToHost));
+    TYPEFLOW_CUDA_CHECK(cudaMemcpy(&verdict, verdict_pointers[r], sizeof verdict, cudaMemcpyDeviceToHost));
+    CHECK(sum == expected_sum);
+    CHECK(verdict == 0);
+  }
+  // The bucketed backward reduce-scattering each bucket over the cut.
+  {
+    cu::bucketed_all_reduce scatter(comms, buffers, layer_offsets(), count, bucket_bytes);
+    scatter.reduce_scatter_over(cut);
+    backward(replicas, scatter, 8, streams);
+    for (auto& rep : replicas) rep.compute.synchronize();
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      const auto got = to_host(buffers[r], count);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        double want = gradient_value(r, i, 8);
+        if (owner_of(cut, i) == r) {
+          double sum = 0;
+          for (int q = 0; q < n; ++q) sum += gradient_value(q, i, 8);
+          want = sum / n;
+        }
+        wrong += !close_to(got[i], want);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+  CHECK_THROWS_AS(comms.all_gather(buffers.data(), std::vector<std::size_t>{0, count, count, count, count, count,
+                                                                             count, count, count, count},
+                                   streams.data(), "a cut of another size"),
+                  std::invalid_argument);
+
+  // The one-rank communicator's: the calls run, and one rank's mean is its own.
+  auto comm = only_rank();
+  auto single = make_replicas({comm.device()}, count);
+  float* own = single[0].gradients.data<float>();
+  const cudaStream_t compute = single[0].compute.get();
+  const std::vector<std::size_t> whole{0, count};
+  fill_layer<<<cu::blocks_for(count, 256), 256, 0, compute>>>(own, 0, count, 0, 9);
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+  comm.reduce_scatter_mean(own, offset, part, whole, compute);
+  comm.all_gather(own, whole, compute);
+  comm.all_reduce(sum_pointers[0], 1, ncclDouble, ncclSum, compute, "the test's sum");
+  comm.wait(compute);
+  CHECK(wrong_means(to_host(own, count), 1, 9) == 0);
+  double sum = 0;
+  TYPEFLOW_CUDA_CHECK(cudaMemcpy(&sum, sum_pointers[0], sizeof sum, cudaMemcpyDeviceToHost));
+  CHECK(sum == expected_sum);
+  cu::bucketed_all_reduce scatter(comm, own, layer_offsets(), count, bucket_bytes);
+  scatter.reduce_scatter_over(whole);
+  backward(single, scatter, 10, {compute});
+  comm.wait(compute);
+  CHECK(wrong_means(to_host(own, count), 1, 10) == 0);
+  CHECK_THROWS_AS(comm.all_gather(own, std::vector<std::size_t>{0, 1, count}, compute), std::invalid_argument);
 }
