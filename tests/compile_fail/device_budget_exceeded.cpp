@@ -1,9 +1,10 @@
-// expected-error: the memory plan for this batch size (the first number: bytes per device before the optimizer's slots) exceeds the budget (the second)
-// expected-error: budget_check<
+// expected-error: the memory plan for this batch size exceeds the budget: budget_check gives each part's bytes per device
+// expected-error: budget_check<typeflow::parameter_bytes<
+// expected-error: typeflow::activation_bytes<
 // expected-error: 1048576, false>
 //
 // 256 samples of 4096 features through dense<4096> layers need far more than
-// 1 MiB of activations: the error names the plan's bytes and the budget.
+// 1 MiB of activations: the error names each part, the plan's bytes and the budget.
 #include <typeflow/typeflow.hpp>
 
 namespace tf = typeflow;

@@ -57,6 +57,11 @@ TEST_CASE("device_budget: the optimizer's slots are counted before the first ste
     CHECK(what.find("fit: the memory plan for this batch size needs " +
                     std::to_string(plan8::total_bytes + 2 * plan8::trainable_bytes) + " bytes") != std::string::npos);
     CHECK(what.find("device_budget is " + std::to_string(one_slot_budget) + " bytes") != std::string::npos);
+    // Each part, and which is the largest.
+    CHECK(what.find("(parameters " + std::to_string(plan8::parameter_bytes) + ", gradients " +
+                    std::to_string(plan8::trainable_bytes) + ", optimizer slots " +
+                    std::to_string(2 * plan8::trainable_bytes) + ", activations ") != std::string::npos);
+    CHECK(what.find("; the largest: optimizer slots)") != std::string::npos);
   }
   tf::data::batch_of<8, tf::data::tensor_value<float, tf::shape<16>>, tf::data::tensor_value<std::int32_t, tf::shape<>>>
       batch{};

@@ -7,10 +7,12 @@
 // predict), the bytes one replica holds (distribute/rank_memory.hpp: the
 // parameters, gradients, activations, workspaces, scratch and loss rows of
 // its share of the batch) must fit the budget, or the program does not
-// compile; the error's one line names both numbers: 'budget_check<plan
-// bytes, budget bytes, false>::passed'. The optimizer's slots are known only
-// when compile() runs: fit and train_on_batch check them with the rest before
-// the first step, with an exception giving the same two numbers. Under
+// compile; the error's one line names each part and both totals:
+// 'budget_check<parameter_bytes<P>, gradient_bytes<G>, gathered_bytes<X>,
+// activation_bytes<A>, plan bytes, budget bytes, false>::passed'. The
+// optimizer's slots are known only when compile() runs: fit and
+// train_on_batch check them with the rest before the first step, with an
+// exception giving the same numbers and the slots' bytes. Under
 // zero<k> a replica's slots are its shard's, so a model whose slots fit only
 // when sharded trains there and is refused under mirrored<N>.
 #pragma once
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "typeflow/distribute/rank_memory.hpp"
 #include "typeflow/model/memory_plan.hpp"
@@ -51,8 +54,20 @@ inline constexpr bool is_device_budget_v<device_budget<Bytes>> = true;
 template <>
 inline constexpr bool is_device_budget_v<no_device_budget> = true;
 
-// The check whose name carries the numbers into the compiler's error.
-template <std::uint64_t PlanBytes, std::uint64_t BudgetBytes, bool Fits>
+// The parts of a replica's plan, named in the compiler's error.
+template <std::uint64_t Bytes>
+struct parameter_bytes {};
+template <std::uint64_t Bytes>
+struct gradient_bytes {};
+template <std::uint64_t Bytes>
+struct gathered_bytes {};
+template <std::uint64_t Bytes>
+struct activation_bytes {};
+
+// The check whose name carries the numbers into the compiler's error: each
+// part, then the plan's total and the budget.
+template <class Parameters, class Gradients, class Gathered, class Activations, std::uint64_t PlanBytes,
+          std::uint64_t BudgetBytes, bool Fits>
 struct budget_check {
   static constexpr bool passed = Fits;
 };
@@ -68,11 +83,26 @@ struct budget_of_plan {
   static void check_slots(int slots, const char* where) {
     if constexpr (checked) {
       const std::uint64_t with_slots = Memory::bytes(slots);
-      if (with_slots > Budget::bytes)
+      if (with_slots > Budget::bytes) {
+        const std::pair<const char*, std::uint64_t> parts[] = {
+            {"parameters", Memory::parameter_bytes},
+            {"gradients", Memory::gradient_bytes},
+            {"optimizer slots", static_cast<std::uint64_t>(slots) * Memory::slot_bytes},
+            {"gathered", Memory::gathered_bytes},
+            {"activations", Memory::activation_bytes}};
+        std::string each;
+        const auto* largest = &parts[0];
+        for (const auto& part : parts) {
+          if (part.second == 0) continue;
+          each += (each.empty() ? "" : ", ") + std::string(part.first) + " " + std::to_string(part.second);
+          if (part.second > largest->second) largest = &part;
+        }
         throw std::invalid_argument(std::string(where) + ": the memory plan for this batch size needs " +
                                     std::to_string(with_slots) + " bytes per device with the optimizer's " +
-                                    std::to_string(slots) + " slots; the model's device_budget is " +
-                                    std::to_string(Budget::bytes) + " bytes. Nothing was allocated");
+                                    std::to_string(slots) + " slots (" + each + "; the largest: " + largest->first +
+                                    "); the model's device_budget is " + std::to_string(Budget::bytes) +
+                                    " bytes. Nothing was allocated");
+      }
     }
   }
 };
@@ -85,11 +115,14 @@ struct budget_of_plan {
 template <class Budget, class Net, int N, class Strategy, class Device = cpu>
 void check_device_budget(int slots, const char* where) {
   if constexpr (Budget::bytes > 0) {
-    using budget = budget_of_plan<Budget, rank_memory<Net, Strategy, N, Device>>;
-    static_assert(budget_check<budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
-                  "model<..., device_budget<Bytes>>: the memory plan for this batch size (the first number: bytes "
-                  "per device before the optimizer's slots) exceeds the budget (the second); use a smaller batch, "
-                  "recompute<> blocks or mirrored<N>");
+    using memory = rank_memory<Net, Strategy, N, Device>;
+    using budget = budget_of_plan<Budget, memory>;
+    static_assert(budget_check<parameter_bytes<memory::parameter_bytes>, gradient_bytes<memory::gradient_bytes>,
+                               gathered_bytes<memory::gathered_bytes>, activation_bytes<memory::activation_bytes>,
+                               budget::bytes, Budget::bytes, budget::bytes <= Budget::bytes>::passed,
+                  "model<..., device_budget<Bytes>>: the memory plan for this batch size exceeds the budget: "
+                  "budget_check gives each part's bytes per device, then their total (before the optimizer's slots) "
+                  "and the budget; use a smaller batch, recompute<> blocks, mirrored<N> or zero<k, ...>");
     budget::check_slots(slots, where);
   }
 }
