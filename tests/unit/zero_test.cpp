@@ -339,17 +339,24 @@ TEST_CASE("sharded checkpoints: a file per replica's shard, read N -> M for N, M
   halves.save_checkpoint(two.path);
   const fs::path written = quarters.save_checkpoint(four.path);
 
-  // zero<3, mirrored<4>>: the weights in state.safetensors, each replica's
-  // shard of Adam's two slots in its own file (416 trainable floats cut at
-  // 16-float lines: 112, 112, 112, 80).
+  // zero<3, mirrored<4>>: each replica's shard of the weights and of Adam's
+  // two slots in its own file (416 trainable floats cut at 16-float lines:
+  // 112, 112, 112, 80); state.safetensors keeps the region beyond them
+  // (none here: this MLP's region is all trainable) and no whole weights.
   const auto read = tf::io::read_checkpoint(written);
   REQUIRE(read.shards);
-  CHECK(read.tensors.find("parameters"));
+  CHECK_FALSE(read.tensors.find("parameters"));
+  REQUIRE(read.tensors.find("parameters.rest"));
+  CHECK(read.tensors.find("parameters.rest")->shape == std::vector<std::int64_t>{0});
   CHECK_FALSE(read.tensors.find("optimizer.slot.0"));
+  CHECK(read.manifest.at("format_version") == 5);
   CHECK(read.shards->bounds == std::vector<std::uint64_t>{0, 112, 224, 336, 416});
+  CHECK(tf::checkpoint_floats(read, "parameters") == std::vector<float>(quarters.parameter_region().begin(),
+                                                                         quarters.parameter_region().end()));
   for (int i = 0; i < 4; ++i) {
     const auto file = tf::io::safetensors_file::read(written / tf::io::checkpoint_shard_name(i, 4));
-    CHECK(file.tensors().size() == 2);
+    CHECK(file.tensors().size() == 3);
+    CHECK(file.find("parameters")->shape == std::vector<std::int64_t>{i == 3 ? 80 : 112});
     CHECK(file.find("optimizer.slot.1")->shape == std::vector<std::int64_t>{i == 3 ? 80 : 112});
     CHECK(file.metadata().at("shard") == std::to_string(i));
   }
@@ -689,6 +696,16 @@ TEST_CASE("zero<3, mirrored<4>>: each replica holds its shard and one layer's ga
     constexpr std::size_t shared_pages = 2 * (net::layer_count + 1) * 4096;
     CHECK(now <= planned + shared_pages);
     CHECK(now + plan::gathered_bytes / 2 > planned);  // the window stays: no page is faulted in again
+  }
+  {
+    // A checkpoint gathers nothing: each replica's shard of the weights goes
+    // to its file, and replica 0 keeps what it held.
+    const std::size_t before = sharded.resident_state_bytes(0);
+    tf_testing::temp_dir dir("typeflow_zero_test_deep");
+    (void)sharded.save_checkpoint(dir.path);
+    CHECK(sharded.resident_state_bytes(0) == before);
+    (void)sharded.parameter_region();  // what a gather would have held
+    CHECK(sharded.resident_state_bytes(0) > before + plan::gathered_bytes);
   }
 #else
   MESSAGE("the arena is a heap block under AddressSanitizer: its pages are not given back, so nothing is measured");

@@ -64,8 +64,10 @@ namespace typeflow::io {
 
 // 2: "fit" and the optimizer's "learning_rate" (train/checkpointing.hpp);
 // 3: "checksums", each tensor's CRC-32C; 4: "shards", a zero<k> model's
-// slots in a file per shard. Versions 1 to 3 are read too.
-inline constexpr int checkpoint_format_version = 4;
+// slots in a file per shard; 5: under zero<3> the trainable weights in the
+// shard files too (train/checkpointing.hpp's "parameters.rest"). Versions 1
+// to 4 are read too.
+inline constexpr int checkpoint_format_version = 5;
 inline constexpr int oldest_checkpoint_format_version = 1;
 
 namespace detail {

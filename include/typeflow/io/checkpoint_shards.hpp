@@ -4,6 +4,8 @@
 //
 //   <ckpt>/slots-00001-of-00004.safetensors   shard 0 of 4: "optimizer.slot.<s>",
 //                                             floats [begin, end) of slot s, shape (end - begin)
+//                                             (zero<3>: and "parameters", those of the
+//                                             trainable weights; train/checkpointing.hpp)
 //
 // The file names count from 1, as Hugging Face's sharded weights do. Each
 // file's metadata says where it belongs ("shard", "shards", "begin", "end")

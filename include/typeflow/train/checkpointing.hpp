@@ -24,10 +24,20 @@
 // arrays as "callbacks.<key>.<name>". A zero<k> model writes its slots as
 // shards instead, each rank its own file (io/checkpoint_shards.hpp), and any
 // model reads either: checkpoint_slots gives a loader the floats it holds.
+// A zero<3> model shards its trainable weights too (format version 5): each
+// shard file holds "parameters", its floats of the trainable region as their
+// holder has them, and state.safetensors, instead of "parameters",
+// "parameters.rest" (the region beyond the trainable floats: frozen weights,
+// padding) and "parameters.statistics.<offset>" for each batch_norm
+// statistic inside the trainable region, replica 0's (the holders'
+// statistics differ, and a checkpoint keeps replica 0's, as an unsharded
+// one does); checkpoint_slots::parameters and checkpoint_floats put the
+// region together again.
 // Format version 2 added "fit" and "learning_rate"; version 1 checkpoints
 // are read as having neither.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -277,17 +287,42 @@ checkpoint_counters counters_of(const TrainingState& training, int batch_size, c
   return c;
 }
 
+// zero<3>'s names in state.safetensors (format version 5; the header comment).
+inline constexpr const char* parameters_rest_name = "parameters.rest";
+inline constexpr std::string_view statistic_tensor_prefix = "parameters.statistics.";
+inline std::string statistic_tensor_name(std::size_t offset) {
+  return std::string(statistic_tensor_prefix) + std::to_string(offset);
+}
+// A region's range: [offset, offset + size) in floats.
+struct region_range {
+  std::size_t offset = 0, size = 0;
+};
+
 // The tensors save_checkpoint writes: "parameters" (the whole region, padding
-// included), "optimizer.slot.<s>" (each slot's trainable part: frozen layers
-// have none) and, written during fit, "callbacks.<key>.<name>".
-// slot_values(s) gives slot s; the tensors point into what the arguments hold.
+// included), or where the trainable weights go in the shard files (zero<3>:
+// `statistics` then lists the batch_norm statistics inside the trainable
+// region) "parameters.rest" and "parameters.statistics.<offset>" from
+// `region`, which needs to hold only those floats; "optimizer.slot.<s>"
+// (each slot's trainable part: frozen layers have none) and, written during
+// fit, "callbacks.<key>.<name>". slot_values(s) gives slot s; the tensors
+// point into what the arguments hold.
 template <class Net, class SlotValues>
 std::vector<io::tensor_to_write> checkpoint_tensors(std::span<const float> region, int slots, SlotValues&& slot_values,
-                                                    const std::optional<fit_snapshot>& fit) {
+                                                    const std::optional<fit_snapshot>& fit,
+                                                    const std::optional<std::vector<region_range>>& statistics = {}) {
   std::vector<io::tensor_to_write> tensors;
   const std::int64_t trainable = static_cast<std::int64_t>(Net::trainable_floats);
-  tensors.push_back({"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}, region.data(),
-                     region.size_bytes()});
+  if (statistics) {  // the trainable weights are in the shard files
+    const std::span<const float> rest = region.subspan(Net::trainable_floats);
+    tensors.push_back({parameters_rest_name, "F32", {static_cast<std::int64_t>(rest.size())}, rest.data(),
+                       rest.size_bytes()});
+    for (const region_range& s : *statistics)
+      tensors.push_back({statistic_tensor_name(s.offset), "F32", {static_cast<std::int64_t>(s.size)},
+                         region.data() + s.offset, s.size * sizeof(float)});
+  } else {
+    tensors.push_back({"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}, region.data(),
+                       region.size_bytes()});
+  }
   for (int s = 0; s < slots; ++s) {
     const std::span<const float> slot = slot_values(s);
     tensors.push_back({"optimizer.slot." + std::to_string(s), "F32", {trainable}, slot.data(), slot.size_bytes()});
@@ -303,14 +338,60 @@ std::vector<io::tensor_to_write> checkpoint_tensors(std::span<const float> regio
 // "optimizer.slot.<s>".
 inline std::string slot_tensor_name(int s) { return "optimizer.slot." + std::to_string(s); }
 
+// Whether a checkpoint keeps its trainable weights in the shard files
+// (written under zero<3>: state.safetensors holds "parameters.rest").
+inline bool weights_in_shards(const io::checkpoint_read& read) {
+  return read.shards && read.tensors.find(parameters_rest_name) && !read.tensors.find("parameters");
+}
+
+// A zero<3> checkpoint's whole parameter region: the shards' trainable
+// floats (`shards` has read them all), each "parameters.statistics.<offset>"
+// over them, then "parameters.rest". Throws std::runtime_error for a
+// statistic named or placed outside the trainable region.
+inline std::vector<float> sharded_parameters(const io::checkpoint_read& read,
+                                             const io::checkpoint_shard_reader& shards) {
+  const std::size_t trainable = shards.floats();
+  std::vector<float> region(trainable);
+  shards.copy("parameters", 0, trainable, region.data());
+  for (const auto& t : read.tensors.tensors()) {
+    if (!t.name.starts_with(statistic_tensor_prefix)) continue;
+    const std::string_view digits = std::string_view(t.name).substr(statistic_tensor_prefix.size());
+    std::size_t at = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), at);
+    const auto bytes = read.tensors.data(t.name);
+    if (error != std::errc{} || end != digits.data() + digits.size() || at > trainable ||
+        bytes.size() / sizeof(float) > trainable - at)
+      throw std::runtime_error("load_checkpoint: \"" + read.path.string() + "\" holds \"" + excerpt(t.name) +
+                               "\", which does not name a place in the trainable region of " +
+                               std::to_string(trainable) + " floats");
+    std::memcpy(region.data() + at, bytes.data(), bytes.size());
+  }
+  const std::vector<float> rest = checkpoint_floats(read.tensors, parameters_rest_name);
+  region.insert(region.end(), rest.begin(), rest.end());
+  return region;
+}
+
 // load_checkpoint's check of state.safetensors: every tensor
 // checkpoint_tensors writes, of its size (the callbacks' as the file holds
 // them: read_checkpoint_manifest checked their dtype), and nothing else;
 // where the slots are sharded, a cut of the trainable region whose every
-// file holds each slot (checkpoint_slots::need checks the files' data).
+// file holds each slot, and under zero<3> the weights' shard too
+// (`statistics`: this model's batch_norm statistics inside the trainable
+// region, which such a checkpoint keeps beside; checkpoint_slots::need
+// checks the files' data).
 template <class Net>
-void check_checkpoint_tensors(const io::checkpoint_read& read, int slots) {
-  std::vector<io::tensor_spec> expected{{"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}}};
+void check_checkpoint_tensors(const io::checkpoint_read& read, int slots,
+                              std::span<const region_range> statistics = {}) {
+  const bool weights_sharded = weights_in_shards(read);
+  std::vector<io::tensor_spec> expected;
+  if (weights_sharded) {
+    expected.push_back(
+        {parameters_rest_name, "F32", {static_cast<std::int64_t>(Net::parameter_floats - Net::trainable_floats)}});
+    for (const region_range& s : statistics)
+      expected.push_back({statistic_tensor_name(s.offset), "F32", {static_cast<std::int64_t>(s.size)}});
+  } else {
+    expected.push_back({"parameters", "F32", {static_cast<std::int64_t>(Net::parameter_floats)}});
+  }
   if (!read.shards)
     for (int s = 0; s < slots; ++s)
       expected.push_back({slot_tensor_name(s), "F32", {static_cast<std::int64_t>(Net::trainable_floats)}});
@@ -324,13 +405,14 @@ void check_checkpoint_tensors(const io::checkpoint_read& read, int slots) {
   if (read.shards->bounds.back() != Net::trainable_floats)
     throw fail("shards optimizer slots of " + std::to_string(read.shards->bounds.back()) +
                " floats; this model's trainable region holds " + std::to_string(Net::trainable_floats));
+  const std::size_t tensors = static_cast<std::size_t>(slots) + (weights_sharded ? 1 : 0);
   for (const auto& file : read.shards->files) {
-    bool each_slot = file.checksums.size() == static_cast<std::size_t>(slots);
+    bool each_slot = file.checksums.size() == tensors && (!weights_sharded || file.checksums.contains("parameters"));
     for (int s = 0; s < slots; ++s) each_slot = each_slot && file.checksums.contains(slot_tensor_name(s));
     if (!each_slot)
       throw fail("lists " + std::to_string(file.checksums.size()) + " tensors in \"" + file.name +
                  "\" where this optimizer has " + std::to_string(slots) + " slots (optimizer.slot.0 to " +
-                 std::to_string(slots - 1) + ")");
+                 std::to_string(slots - 1) + ")" + (weights_sharded ? " and the weights' shard (parameters)" : ""));
   }
 }
 
@@ -351,18 +433,30 @@ class checkpoint_slots {
     const auto bytes = read_->tensors.data(slot_tensor_name(s));
     std::memcpy(into, bytes.data() + begin * sizeof(float), (end - begin) * sizeof(float));
   }
+  // The whole parameter region: state.safetensors's "parameters", or where
+  // the trainable weights are in the shard files (zero<3>) those, which
+  // need_parameters() reads and checks first, put together again.
+  void need_parameters() {
+    if (weights_in_shards(*read_)) shards_->need(0, shards_->floats());
+  }
+  std::vector<float> parameters() const {
+    if (weights_in_shards(*read_)) return sharded_parameters(*read_, *shards_);
+    return checkpoint_floats(read_->tensors, "parameters");
+  }
 
  private:
   const io::checkpoint_read* read_;
   std::optional<io::checkpoint_shard_reader> shards_;
 };
 
-// A checkpoint's tensors by name, the sharded slots whole: "parameters",
+// A checkpoint's tensors by name, the sharded ones whole: "parameters",
 // "optimizer.slot.<s>" and the callbacks' (for tools and tests that compare
-// two checkpoints, whichever strategy wrote them).
+// two checkpoints, whichever strategy wrote them; zero<3>'s "parameters" is
+// put together from its shards, statistics and rest).
 inline std::vector<std::string> checkpoint_tensor_names(const io::checkpoint_read& read) {
   std::vector<std::string> names;
-  for (const auto& t : read.tensors.tensors()) names.push_back(t.name);
+  for (const auto& t : read.tensors.tensors())
+    if (t.name != parameters_rest_name && !t.name.starts_with(statistic_tensor_prefix)) names.push_back(t.name);
   if (read.shards)
     for (const auto& [name, crc] : read.shards->files.front().checksums) names.push_back(name);
   return names;
@@ -372,6 +466,7 @@ inline std::vector<float> checkpoint_floats(const io::checkpoint_read& read, con
   io::checkpoint_shard_reader shards(read.path, *read.shards);
   std::vector<float> values(shards.floats());
   shards.need(0, values.size());
+  if (name == "parameters" && weights_in_shards(read)) return sharded_parameters(read, shards);
   shards.copy(name, 0, values.size(), values.data());
   return values;
 }

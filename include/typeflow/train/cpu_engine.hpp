@@ -330,6 +330,24 @@ class engine<Net, Policy, Strategy, cpu> {
     const_cast<engine*>(this)->make_whole();
     return {memory_.template at<float>(0), Net::parameter_floats};
   }
+  // Replica 0's parameter region as it is, gathering nothing: under zero<3>
+  // its shard of the trainable floats, its statistics and the rest whole,
+  // its other trainable floats stale (a zero<3> checkpoint's
+  // state.safetensors reads it so).
+  std::span<const float> local_parameters() const { return {memory_.template at<float>(0), Net::parameter_floats}; }
+  // zero<3>: shard i of the trainable weights as the replica (this worker)
+  // that holds it has them, gathering nothing; replica 0's own where it
+  // holds them all (gathered whole, or changed from outside since a step).
+  std::span<const float> weight_shard(int i) const
+    requires sharded
+  {
+    const std::vector<std::size_t> cut = shard_cut();
+    const auto index = static_cast<std::size_t>(i);
+    std::span<const float> region = local_parameters();
+    if constexpr (gathers)
+      if (i != 0 && !replicas_.primary_holds_all()) region = replicas_.parameter_region(i);
+    return region.subspan(cut[index], cut[index + 1] - cut[index]);
+  }
   // For writing (load_weights, parameter()): the replicas take it before the next step.
   std::span<float> writable_parameters() {
     make_whole();

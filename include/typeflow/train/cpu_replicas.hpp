@@ -211,6 +211,10 @@ class cpu_replicas {
   // load_weights, parameter()): the others take them before the next step.
   void mark_stale() { stale_ = true; }
 
+  // zero<3>: whether replica 0 holds every trainable weight as it is now
+  // (gathered whole, or changed from outside since the last step).
+  bool primary_holds_all() const { return whole_ || stale_; }
+
   // Replica r's parameter region (r >= 1).
   std::span<const float> parameter_region(int r) const {
     return {secondaries_.at(static_cast<std::size_t>(r - 1))->memory.template at<float>(0), Net::parameter_floats};

@@ -387,8 +387,9 @@ class model {
   // each callback's state (fit_snapshot.hpp). Written atomically into
   // dir/ckpt-<iterations>/ (io/checkpoint.hpp), keeping the newest
   // options.keep; only the chief writes, except that under zero<k> each
-  // rank writes its shards of the optimizer's slots (every worker calls it
-  // then: see save_sharded_checkpoint). Returns the checkpoint's directory.
+  // rank writes its shards of the optimizer's slots, and under zero<3> of
+  // the weights (every worker calls it then: see save_sharded_checkpoint).
+  // Returns the checkpoint's directory.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir, checkpoint_options options = {}) {
     training_.require_compiled("save_checkpoint");
     if constexpr (is_zero_v<Strategy>) {
@@ -422,9 +423,10 @@ class model {
       read.emplace(io::read_checkpoint(dir));
       c = read_checkpoint_manifest(read->manifest, read->path, checkpoint_id(), training_.optimizer->name(),
                                    training_.slots, &read->tensors);
-      check_checkpoint_tensors<Net>(*read, training_.slots);
+      check_checkpoint_tensors<Net>(*read, training_.slots, trainable_statistics());
       check_checkpoint_optimizer(c, *training_.optimizer, read->path);
       slots.emplace(*read);
+      slots->need_parameters();  // a zero<3> checkpoint's weights: every shard file's
       if constexpr (is_zero_v<Strategy>) {
         const std::vector<std::size_t> cut = engine_.shard_cut();
         for (const int i : engine_.held_shards()) slots->need(cut[i], cut[i + 1]);
@@ -433,7 +435,7 @@ class model {
       }
     });
     if (c.learning_rate) set_learning_rate(*c.learning_rate);
-    const std::vector<float> weights = checkpoint_floats(read->tensors, "parameters");
+    const std::vector<float> weights = slots->parameters();
     std::ranges::copy(weights, engine_.writable_parameters().begin());
     if constexpr (is_zero_v<Strategy>) {  // each shard from the files that hold it
       const std::vector<std::size_t> cut = engine_.shard_cut();
@@ -755,21 +757,40 @@ class model {
     std::vector<std::pair<std::string, std::string>> settings() const override { return m.settings(); }
   };
 
-  // The checkpoint directory's files, written by this process: the weights,
-  // the counters and either every slot (slots) or none, with a zero<k>
-  // model's shards (shards).
+  // The batch_norm statistics inside the trainable region, as a zero<3>
+  // checkpoint keeps them beside the weights' shards (train/checkpointing.hpp).
+  static std::vector<region_range> trainable_statistics() {
+    std::vector<region_range> statistics;
+    for (const auto& t : parameter_table<Net>::tensors())
+      if (t.kind == param_kind::statistic && t.offset < Net::trainable_floats) statistics.push_back({t.offset, t.size});
+    return statistics;
+  }
+  // The checkpoint directory's files, written by this process: the weights
+  // (under zero<3> those beyond the trainable region and its statistics: the
+  // rest are in the shard files), the counters and either every slot
+  // (slots) or none, with a zero<k> model's shards (shards).
   std::filesystem::path write_checkpoint_here(const std::filesystem::path& dir, const checkpoint_options& options,
                                               int slots, const io::checkpoint_shards_to_write* shards) {
     const std::optional<fit_snapshot> fit = training_.snapshot();
+    constexpr bool weights_sharded = zero_stage_v<Strategy> >= 3;
+    std::optional<std::vector<region_range>> statistics;
+    if constexpr (weights_sharded) statistics = trainable_statistics();
+    const std::span<const float> region = [&] {
+      if constexpr (weights_sharded)
+        return engine_.local_parameters();  // gathering nothing: its statistics and rest are whole
+      else
+        return engine_.parameters();
+    }();
     const std::vector<io::tensor_to_write> tensors = checkpoint_tensors<Net>(
-        engine_.parameters(), slots, [&](int s) { return engine_.slot_values(s); }, fit);
+        region, slots, [&](int s) { return engine_.slot_values(s); }, fit, statistics);
     checkpoint_counters counters = saved_counters();
     counters.fit = fit;
     return io::write_checkpoint(dir, training_.iterations, tensors, make_checkpoint_manifest(checkpoint_id(), counters),
                                 options.keep, shards);
   }
-  // zero<k>: each rank writes its shards of the slots, so that none gathers
-  // a whole slot. Under mirrored<N> this process writes every replica's
+  // zero<k>: each rank writes its shards of the slots (under zero<3> and of
+  // the trainable weights), so that none gathers a whole slot or the
+  // weights. Under mirrored<N> this process writes every replica's
   // file; across workers each worker stages its file beside the
   // checkpoints, after the chief readied the directory and before the chief
   // writes the rest and moves the staged files in; each of the three steps
@@ -782,6 +803,11 @@ class model {
     io::checkpoint_shards_to_write shards{{cut.begin(), cut.end()}, {}, Strategy::across_processes};
     for (const int i : engine_.held_shards()) {
       io::checkpoint_shard shard{i, cut[i], cut[i + 1], {}};
+      if constexpr (zero_stage_v<Strategy> >= 3) {  // first: a file's last bytes stay its last slot's
+        const std::span<const float> weights = engine_.weight_shard(i);
+        shard.tensors.push_back({"parameters", "F32", {static_cast<std::int64_t>(weights.size())}, weights.data(),
+                                 weights.size_bytes()});
+      }
       for (int s = 0; s < training_.slots; ++s) {
         const std::span<const float> part = engine_.slot_shard(i, s);
         shard.tensors.push_back({slot_tensor_name(s), "F32", {static_cast<std::int64_t>(part.size())}, part.data(),
@@ -801,7 +827,6 @@ class model {
                                      count);
       });
       shards.here.clear();  // the chief moves every worker's staged file in, its own too
-      (void)engine_.parameters();  // zero<3>: the weights gathered whole, a collective that every worker joins
       on_every_rank("save_checkpoint", [&] {
         if (is_chief()) written = write_checkpoint_here(dir, options, 0, &shards);
       });
