@@ -10,7 +10,8 @@
 // slots, the weights all-gathered; zero<2> reduce-scatters the gradients);
 // the checks: every rank ends with the same weights, bit for bit (the
 // gradients' mean is the same everywhere, and so is the update), the loss
-// fell, zero<k>'s weights are multi_worker's to 1e-4, and a sharded
+// fell, zero<k>'s weights and last gradient (zero<2>'s gathered from the
+// shards' owners) are multi_worker's to 1e-4, and a sharded
 // checkpoint (each rank its file of the slots) reloads into a fresh model
 // that saves the same tensors again. With one process this runs NCCL with
 // one rank, all a single GPU can show. Prints "all checks passed" on rank 0
@@ -66,15 +67,19 @@ bool same_on_every_rank(std::span<const float> values) {
   return same != 0;
 }
 
-// Trains under Strategy; returns the weights, or an empty vector after
-// printing the failed check.
+// Trains under Strategy; returns the weights and then the first kernel's
+// last gradient (zero<2>'s gathered from the shards' owners), or an empty
+// vector after printing the failed check.
 template <class Strategy>
 std::vector<float> trained(const char* name) {
   model_under<Strategy> model(5);
   compile(model);
   const auto history = model.fit(dataset(), {.epochs = 3, .verbose = 0});
   const auto region = model.parameter_region();
-  const bool same = same_on_every_rank(region);
+  const auto gradient = model.gradient(model.get_weights().front().name);
+  std::vector<float> kept(region.begin(), region.end());
+  for (std::size_t i = 0; i < gradient.size(); ++i) kept.push_back(gradient[i]);
+  const bool same = same_on_every_rank(kept);
   const bool learned = history["loss"].back() < history["loss"].front();
   if (!same || !learned) {
     std::printf("%s, rank %d: %s\n", name, tf::distribute::worker_index(),
@@ -83,7 +88,7 @@ std::vector<float> trained(const char* name) {
   }
   if (tf::distribute::worker_index() == 0)
     std::printf("%s: loss %.4f -> %.4f\n", name, history["loss"].front(), history["loss"].back());
-  return {region.begin(), region.end()};
+  return kept;
 }
 
 double largest_relative_gap(const std::vector<float>& a, const std::vector<float>& b) {

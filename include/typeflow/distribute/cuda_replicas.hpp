@@ -160,14 +160,15 @@ class cuda_replicas {
                         "the shards' per-tensor squared norms");
     }
   }
-  // zero<k>: each shard of the trainable weights (updated by its owner
-  // alone) to every replica, on the replicas' streams.
-  void all_gather_weights(std::span<float* const> weights, std::span<const cudaStream_t> streams) {
+  // zero<k>: each shard of a trainable region (the weights each owner
+  // updated; zero<2>'s mean gradient) from its owner to every replica, on
+  // the replicas' streams; what names it in an error.
+  void all_gather_shards(std::span<float* const> regions, std::span<const cudaStream_t> streams, const char* what) {
     const std::vector<std::size_t> cut = shard_cut();
     if constexpr (across_processes)
-      worker_->all_gather(weights[0], cut, streams[0], "the updated weights' all-gather");
+      worker_->all_gather(regions[0], cut, streams[0], what);
     else
-      nccl_->all_gather(weights.data(), cut, streams.data(), "ncclBroadcast (the updated weights' all-gather)");
+      nccl_->all_gather(regions.data(), cut, streams.data(), what);
   }
   // The arenas moved (a new batch size, a new compile): prepare again.
   void forget() { all_reduce_.reset(); }

@@ -413,14 +413,32 @@ class engine<Net, Policy, Strategy, cuda> {
     device_has_weights_ = false;
     return {host_.template at<float>(0), Net::parameter_floats};
   }
-  // Replica 0's gradients of the last step, copied from its device.
+  // The last step's mean gradient, copied from replica 0's device; under
+  // zero<2> each shard from the replica that holds its mean (across
+  // workers gathered first, a collective that every worker calls).
   std::span<const float> gradients() const {
-    const auto& r = *replicas_[0];
     gradients_host_.assign(Net::trainable_floats, 0.f);
-    if (r.arena.size()) {
+    if constexpr (zero_stage_v<Strategy> >= 2 && across_processes) {
+      replica& r = *replicas_[0];
+      if (r.arena.size()) {
+        backend::cuda::device_guard on(r.device);
+        const std::array<float*, 1> region{reinterpret_cast<float*>(r.arena.data() + plan0::gradients_offset)};
+        const std::array<cudaStream_t, 1> stream{r.compute.get()};
+        const_cast<replication&>(replication_).all_gather_shards(region, stream, "the mean gradient's all-gather");
+        const_cast<replication&>(replication_).wait(r.compute);
+      }
+    }
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      const replica& r = *replicas_[k];
+      if (!r.arena.size()) continue;
+      const optimizers::device::plan_range range =
+          zero_stage_v<Strategy> >= 2 && !across_processes ? held_range(static_cast<int>(k))
+                                                           : optimizers::device::plan_range{0, Net::trainable_floats};
       backend::cuda::device_guard on(r.device);
-      TYPEFLOW_CUDA_CHECK(cudaMemcpy(gradients_host_.data(), r.arena.data() + plan0::gradients_offset,
-                                     plan0::trainable_bytes, cudaMemcpyDeviceToHost));
+      TYPEFLOW_CUDA_CHECK(cudaMemcpy(gradients_host_.data() + range.begin,
+                                     r.arena.data() + plan0::gradients_offset + range.begin * sizeof(float),
+                                     (range.end - range.begin) * sizeof(float), cudaMemcpyDeviceToHost));
+      if (zero_stage_v<Strategy> < 2 || across_processes) break;  // replica 0's whole region
     }
     return gradients_host_;
   }
@@ -692,7 +710,7 @@ class engine<Net, Policy, Strategy, cuda> {
       std::array<float*, replica_count> weights{};
       for (std::size_t k = 0; k < replicas_.size(); ++k)
         weights[k] = reinterpret_cast<float*>(replicas_[k]->arena.data());
-      replication_.all_gather_weights(weights, streams);
+      replication_.all_gather_shards(weights, streams, "the updated weights' all-gather");
     }
     each([&](replica& r, cudaStream_t s) {
       float* scalars = r.step_scalars.template data<float>();
