@@ -135,6 +135,11 @@ class mpi_process {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
+  // The communicator of fit's bookkeeping (the epoch's logs), apart from
+  // the steps' world: a worker whose epoch ended early waits there, to the
+  // deadline, instead of matching a step's collective that the others have
+  // pending (MPI would match the two and fail on their sizes).
+  MPI_Comm aside() const noexcept { return aside_comm_ != MPI_COMM_NULL ? aside_comm_ : MPI_COMM_WORLD; }
   // How long a collective waits (multi_worker::timeout reads and sets it).
   static std::chrono::duration<double>& timeout() noexcept;
   bool failed() const noexcept { return failed_; }
@@ -169,6 +174,8 @@ class mpi_process {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (size_ > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &aside_comm_) != MPI_SUCCESS)
+      throw std::runtime_error("multi_worker: MPI_Comm_dup failed");
     if (initialized_here_) {
       // The exit barrier's own communicator: a worker that leaves early must
       // not match a collective the others still have pending on the world.
@@ -283,6 +290,7 @@ class mpi_process {
   bool initialized_here_ = false;
   bool failed_ = false;  // a collective timed out: MPI's state is unusable
   MPI_Comm exit_comm_ = MPI_COMM_NULL;  // at_exit's barrier (size > 1, MPI initialised here)
+  MPI_Comm aside_comm_ = MPI_COMM_NULL;  // aside() (size > 1)
   std::terminate_handler previous_terminate_ = nullptr;
 };
 
@@ -331,6 +339,18 @@ struct multi_worker {
   }
   void all_reduce_mean(double* data, std::size_t n, const char* operation = "an all-reduce of doubles") const {
     all_reduce_mean_of(data, n, MPI_DOUBLE, operation);
+  }
+
+  // The same on a communicator of its own (mpi_process::aside): for what a
+  // worker may reach while others are still stepping (fit's epoch logs).
+  void all_reduce_mean_aside(double* data, std::size_t n, const char* operation) const {
+    const int workers = size();
+    if (workers == 1) return;
+    check_usable(operation);
+    collective(n, operation, [&](std::size_t offset, int count, MPI_Request* request) {
+      return MPI_Iallreduce(MPI_IN_PLACE, data + offset, count, MPI_DOUBLE, MPI_SUM, process().aside(), request);
+    });
+    scale_to_mean(data, n, workers);
   }
 
   // data[i] = the sum over the workers of data[i], in place (zero<2>'s

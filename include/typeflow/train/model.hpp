@@ -681,10 +681,16 @@ class model {
         else
           return strategy();
       }();
-      if constexpr (requires(double* d) { workers.all_reduce_mean(d, std::size_t{1}, "logs"); }) {
+      // multi_worker's reduction aside from the steps' collectives, so that
+      // a worker whose epoch ended early waits to the deadline there.
+      constexpr bool aside = requires(double* d) { workers.all_reduce_mean_aside(d, std::size_t{1}, "logs"); };
+      if constexpr (aside || requires(double* d) { workers.all_reduce_mean(d, std::size_t{1}, "logs"); }) {
         std::array<double, logs::capacity> values{};
         for (std::size_t i = 0; i < l.count; ++i) values[i] = l.entries[i].value;
-        workers.all_reduce_mean(values.data(), l.count, "the epoch's logs");
+        if constexpr (aside)
+          workers.all_reduce_mean_aside(values.data(), l.count, "the epoch's logs");
+        else
+          workers.all_reduce_mean(values.data(), l.count, "the epoch's logs");
         for (std::size_t i = 0; i < l.count; ++i) l.entries[i].value = values[i];
       }
     } else {
