@@ -167,7 +167,8 @@ TYPEFLOW_IO_INLINE nlohmann::ordered_json make_checkpoint_manifest(const checkpo
 inline std::vector<float> checkpoint_floats(const io::safetensors_file& tensors, const std::string& name) {
   const auto bytes = tensors.data(name);
   std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  if (!values.empty())  // an empty one (zero<3>'s "parameters.rest" of an all-trainable region) has no data
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
   return values;
 }
 
@@ -364,7 +365,7 @@ inline std::vector<float> sharded_parameters(const io::checkpoint_read& read,
       throw std::runtime_error("load_checkpoint: \"" + read.path.string() + "\" holds \"" + excerpt(t.name) +
                                "\", which does not name a place in the trainable region of " +
                                std::to_string(trainable) + " floats");
-    std::memcpy(region.data() + at, bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(region.data() + at, bytes.data(), bytes.size());
   }
   const std::vector<float> rest = checkpoint_floats(read.tensors, parameters_rest_name);
   region.insert(region.end(), rest.begin(), rest.end());
