@@ -29,8 +29,9 @@
 // backward_sharded(), and the combinators' children through the hooks).
 // The update reads only the shard, and no all-gather follows. What reads
 // the weights outside a step (evaluate, predict, generate, parameters(),
-// save_weights, checkpoints) gathers them whole first (make_whole(): a
-// collective, which every worker calls), and the next step frees them.
+// save_weights, loading a checkpoint) gathers them whole first
+// (make_whole(): a collective, which every worker calls), and the next step
+// frees them; a checkpoint's save writes each worker's shard instead.
 //
 // The arena is the engine's, its slots one shard each (slot_stride(): ceil(T
 // / W) rounded up to 16 floats), so W workers' slots take the memory of one
