@@ -65,6 +65,7 @@ class cuda_replicas {
   // its local rank's).
   cuda_replicas() {
     if constexpr (across_processes) worker_ = std::make_unique<backend::cuda::nccl_communicator>(MPI_COMM_WORLD);
+    cut_ = shard_bounds(Net::trainable_floats, shards());  // once: the step's all-gather allocates nothing
   }
   cuda_replicas(const cuda_replicas&) = delete;
   cuda_replicas& operator=(const cuda_replicas&) = delete;
@@ -122,7 +123,7 @@ class cuda_replicas {
   // worker (shards + 1 bounds; zero.hpp's shard_bounds); the shards this
   // process holds (every replica's, or its own); and the floats of the
   // longest shard, which each slot of a replica's arena holds.
-  std::vector<std::size_t> shard_cut() const { return shard_bounds(Net::trainable_floats, shards()); }
+  const std::vector<std::size_t>& shard_cut() const { return cut_; }
   std::vector<int> held_shards() const {
     std::vector<int> held;
     for (int k = 0; k < count; ++k) held.push_back(shard_of(k));
@@ -164,11 +165,10 @@ class cuda_replicas {
   // updated; zero<2>'s mean gradient) from its owner to every replica, on
   // the replicas' streams; what names it in an error.
   void all_gather_shards(std::span<float* const> regions, std::span<const cudaStream_t> streams, const char* what) {
-    const std::vector<std::size_t> cut = shard_cut();
     if constexpr (across_processes)
-      worker_->all_gather(regions[0], cut, streams[0], what);
+      worker_->all_gather(regions[0], cut_, streams[0], what);
     else
-      nccl_->all_gather(regions.data(), cut, streams.data(), what);
+      nccl_->all_gather(regions.data(), cut_, streams.data(), what);
   }
   // The arenas moved (a new batch size, a new compile): prepare again.
   void forget() { all_reduce_.reset(); }
@@ -223,6 +223,7 @@ class cuda_replicas {
       return count;
   }
 
+  std::vector<std::size_t> cut_;  // zero<k>'s shards: shard_cut()
   std::unique_ptr<backend::cuda::nccl_communicator> worker_;  // multi_worker: this process's rank in the job
   std::unique_ptr<backend::cuda::nccl_communicators> nccl_;   // mirrored<N>
   std::unique_ptr<backend::cuda::bucketed_all_reduce> all_reduce_;  // refers to one of the above

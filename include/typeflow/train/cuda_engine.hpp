@@ -737,7 +737,7 @@ class engine<Net, Policy, Strategy, cuda> {
   // region, or under zero<k> its shard.
   optimizers::device::plan_range update_range(int k) const {
     if constexpr (sharded) {
-      const std::vector<std::size_t> cut = replication_.shard_cut();
+      const std::vector<std::size_t>& cut = replication_.shard_cut();
       const auto i = static_cast<std::size_t>(replication_.shard_of(k));
       return {cut[i], cut[i + 1]};
     }
