@@ -75,6 +75,12 @@ TYPEFLOW_ACTIVATION(fn::tanh_fn)
 TYPEFLOW_ACTIVATION(fn::sigmoid)
 TYPEFLOW_ACTIVATION(fn::gelu_exact)
 TYPEFLOW_ACTIVATION(fn::gelu_tanh)
+// A dense's fused gelu_tanh backward: from the product as stored, d_out
+// times gelu', in the product's dtype (backend/cuda/layers.hpp).
+TYPEFLOW_MAP2(float, float, f16, activation_gradient_fn<fn::gelu_tanh>)
+TYPEFLOW_MAP2(float, float, bf16, activation_gradient_fn<fn::gelu_tanh>)
+TYPEFLOW_MAP2(f16, float, f16, activation_gradient_fn<fn::gelu_tanh>)
+TYPEFLOW_MAP2(bf16, float, bf16, activation_gradient_fn<fn::gelu_tanh>)
 
 #define TYPEFLOW_DROPOUT(T) \
   template void dropout_forward<T>(const T*, T*, std::uint8_t*, std::size_t, float, dropout_draw, cudaStream_t);

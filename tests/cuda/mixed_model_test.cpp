@@ -79,7 +79,7 @@ void check_against_cpu(const run_result& cpu, tolerance tol) {
 
 }  // namespace
 
-TEST_CASE("cuda model under mixed_bfloat16 trains like the CPU model (16-bit dense, relu, dropout, tanh, gelu)") {
+TEST_CASE("cuda model under mixed_bfloat16 trains like the CPU model (16-bit dense, relu, dropout, tanh, gelu, fused gelu_tanh)") {
   check_against_cpu<tf::mixed_bfloat16>(train_bfloat16_on_cpu(3), {.loss = 5e-3, .accuracy = 0.03, .worst = 0.15, .rms = 0.03});
 }
 

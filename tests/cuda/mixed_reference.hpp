@@ -23,9 +23,12 @@ using cuda_reference::toy_data;
 // float32 input and stores 16 bits (fused relu); dropout on 16 bits;
 // dense<48> reads 16 bits in place and, before layer_norm, stores float32
 // (fused tanh, rounded); dense<40> converts layer_norm's float32 output;
-// gelu on 16 bits; dense<10, float32> converts its 16-bit input to float32.
+// gelu on 16 bits; dense<24> stores 16 bits with gelu_tanh in its epilogue
+// (the product kept in its workspace); dense<10, float32> converts its 16-bit
+// input to float32.
 using mlp = tf::sequential<tf::input<32>, tf::dense<64>, tf::relu, tf::dropout<0.25f>, tf::dense<48>, tf::tanh,
-                           tf::layer_norm, tf::dense<40>, tf::gelu, tf::dense<10, tf::float32>>;
+                           tf::layer_norm, tf::dense<40>, tf::gelu, tf::dense<24>, tf::gelu_tanh,
+                           tf::dense<10, tf::float32>>;
 
 struct run_result {
   std::vector<double> losses;      // the loss after each epoch

@@ -17,8 +17,9 @@ namespace cuda_reference {
 
 namespace tf = typeflow;
 
+// On the GPU relu, tanh and gelu_tanh run in their dense's epilogue.
 using mlp = tf::sequential<tf::input<32>, tf::dense<64>, tf::relu, tf::dropout<0.25f>, tf::layer_norm, tf::dense<48>,
-                           tf::tanh, tf::dense<40>, tf::gelu, tf::dense<10>>;
+                           tf::tanh, tf::dense<40>, tf::gelu, tf::dense<24>, tf::gelu_tanh, tf::dense<10>>;
 // A functional graph with every kind of wiring: two branches from the input,
 // a concatenation, a skip add, a product, an in-place layer_norm, a shared
 // dense applied twice, a maximum and the input read twice.

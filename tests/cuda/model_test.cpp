@@ -31,7 +31,7 @@ TEST_CASE("cuda model: starts from the CPU model's weights, bit for bit") {
   CHECK(std::equal(a.begin(), a.end(), b.begin()));
 }
 
-TEST_CASE("cuda model: trains like the CPU model (dense, relu, dropout, layer_norm, tanh, gelu; Adam)") {
+TEST_CASE("cuda model: trains like the CPU model (dense, relu, dropout, layer_norm, tanh, gelu, fused gelu_tanh; Adam)") {
   constexpr int epochs = 3;
   const run_result cpu = train_on_cpu(epochs);
   const toy_data d = make_data();

@@ -143,3 +143,39 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
           << " bytes; for tf::cuda: " << on_gpu::total_bytes);
   CHECK(on_gpu::total_bytes < on_cpu::total_bytes);
 }
+
+TEST_CASE("on tf::cuda a dense fuses the gelu_tanh after it: the product kept in its workspace, the plan's bytes the same") {
+  using mlp_block = tf::sequential<tf::input<T, D>, tf::dense<4 * D>, tf::gelu_tanh, tf::dense<D>, tf::gelu_tanh,
+                                   tf::dense<D - 4>, tf::gelu_tanh, tf::dense<D>, tf::gelu>;
+  using cpu = mlp_block::under<tf::float32_policy, false>;
+  using gpu = mlp_block::under<tf::float32_policy, true>;
+  // The CPU fuses no GELU; the GPU fuses gelu_tanh after a dense of a width
+  // that cuBLASLt's aux rows need no padding for (a multiple of 8), never the
+  // exact gelu (cuBLASLt's epilogue is the tanh form).
+  static_assert(cpu::layer<1>::fused == tf::epilogue::none && !cpu::layer<2>::fused);
+  static_assert(gpu::layer<1>::fused == tf::epilogue::gelu_tanh && gpu::layer<2>::fused &&
+                gpu::layer<2>::output_aliases_input);
+  static_assert(gpu::layer<3>::fused == tf::epilogue::gelu_tanh && gpu::layer<4>::fused);
+  static_assert(gpu::layer<5>::fused == tf::epilogue::none && !gpu::layer<6>::fused);  // 28 wide
+  static_assert(gpu::layer<7>::fused == tf::epilogue::none && !gpu::layer<8>::fused);  // exact gelu
+  // The product (the dense's output as stored: float32 here, bf16 under
+  // mixed_bfloat16) moves from the activation's input to the dense's
+  // workspace, and the activation's output is the dense's.
+  static_assert(gpu::layer<1>::workspace_bytes_per_sample == T * 4 * D * 4 &&
+                cpu::layer<1>::workspace_bytes_per_sample == 0);
+  static_assert(mlp_block::under<tf::mixed_bfloat16, true>::layer<1>::workspace_bytes_per_sample == T * 4 * D * 2);
+  static_assert(gpu::layer<5>::workspace_bytes_per_sample == 0);
+  using cpu_plan = tf::memory_plan<cpu, 4, 0>;
+  using gpu_plan = tf::memory_plan<gpu, 4, 0>;
+  static_assert(gpu_plan::activation_offset[2] == gpu_plan::activation_offset[1]);
+  static_assert(cpu_plan::activation_offset[2] != cpu_plan::activation_offset[1]);
+  constexpr std::size_t moved = tf::align_up(4 * T * 4 * D * 4) + tf::align_up(4 * T * D * 4);
+  static_assert(gpu_plan::activation_bytes + moved == cpu_plan::activation_bytes);
+  static_assert(gpu_plan::workspace_total_bytes == cpu_plan::workspace_total_bytes + moved);
+  // Inside recompute<...> the workspaces are recomputed with the activations.
+  using deep = tf::sequential<tf::input<T, D>, tf::recompute<tf::dense<4 * D>, tf::gelu_tanh, tf::dense<D>>>;
+  using deep_gpu = tf::memory_plan<deep::under<tf::float32_policy, true>, 4, 0>;
+  using deep_cpu = tf::memory_plan<deep::under<tf::float32_policy, false>, 4, 0>;
+  static_assert(deep_gpu::workspace_total_bytes == deep_cpu::workspace_total_bytes);
+  CHECK(gpu_plan::activation_bytes < cpu_plan::activation_bytes);
+}

@@ -68,4 +68,15 @@ struct gelu_tanh {
   }
 };
 
+// f'(.) from the output or from the input, as the functor defines it: what
+// an activation's backward multiplies the gradient by on either device (a
+// GPU dense that fuses gelu_tanh too, from the product it kept).
+template <class Functor>
+TYPEFLOW_HOST_DEVICE float derivative(float from) {
+  if constexpr (Functor::derivative_from_output)
+    return Functor{}.derivative_at_output(from);
+  else
+    return Functor{}.derivative_at_input(from);
+}
+
 }  // namespace typeflow::functors

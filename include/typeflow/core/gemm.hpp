@@ -8,8 +8,11 @@
 
 namespace typeflow {
 
-// What may follow a product inside the same kernel.
-enum class epilogue { none, relu, tanh, sigmoid };
+// What may follow a product inside the same kernel. gelu_tanh only on the
+// GPU, after a dense (layers/activation_traits.hpp's epilogue_between):
+// cuBLASLt's GELU_AUX epilogue also keeps the product, whose gelu' the
+// dense's backward needs.
+enum class epilogue { none, relu, tanh, sigmoid, gelu_tanh };
 
 struct gemm_shape {
   int m = 0, n = 0, k = 0;

@@ -5,6 +5,9 @@
 // relu, tanh and sigmoid right after a dense run inside its matmul (its
 // epilogue): their output is the dense's output, and their backward
 // multiplies the gradient in place by the derivative taken from that output.
+// On the GPU gelu_tanh after a dense (whose width is a multiple of 8) runs in
+// the product's epilogue too, and the dense, which keeps the product, takes
+// its derivative in backward (layers/activation_traits.hpp).
 //
 // They keep their input's dtype: under a 16-bit policy they read and write
 // 16-bit storage and compute each element in float32. Each is a functor of
@@ -35,7 +38,8 @@ struct activation {
     using output_shape = In;
     // Fused when the previous layer is a matmul that takes this epilogue.
     static constexpr bool fused =
-        Epilogue != epilogue::none && fuses_epilogue<typename Context::previous>;
+        Epilogue != epilogue::none &&
+        epilogue_between<typename Context::previous, activation, Context::gpu> == Epilogue;
     static constexpr bool output_aliases_input = fused;
     static constexpr bool gradient_in_place = true;
     static constexpr std::size_t flops_per_sample = fused ? 0 : In::size;
@@ -48,7 +52,7 @@ using relu = activation<functors::relu, epilogue::relu, "relu">;
 using tanh = activation<functors::tanh_fn, epilogue::tanh, "tanh">;
 using sigmoid = activation<functors::sigmoid, epilogue::sigmoid, "sigmoid">;
 using gelu = activation<functors::gelu_exact, epilogue::none, "gelu">;
-using gelu_tanh = activation<functors::gelu_tanh, epilogue::none, "gelu_tanh">;
+using gelu_tanh = activation<functors::gelu_tanh, epilogue::gelu_tanh, "gelu_tanh">;
 
 template <>
 inline constexpr epilogue fusable_epilogue<relu> = epilogue::relu;
@@ -56,9 +60,15 @@ template <>
 inline constexpr epilogue fusable_epilogue<tanh> = epilogue::tanh;
 template <>
 inline constexpr epilogue fusable_epilogue<sigmoid> = epilogue::sigmoid;
+template <>
+inline constexpr epilogue fusable_epilogue<gelu_tanh> = epilogue::gelu_tanh;
 // A dense fuses the activation after it, unless it has an adapter (lora<>).
 template <int Units, class... Options>
 inline constexpr bool fuses_epilogue<dense<Units, Options...>> = lora_option_count<Options...> == 0;
+// cuBLASLt keeps the product in rows of a multiple of 8 elements: the
+// backward's gelu' then reads it as one flat array.
+template <int Units, class... Options>
+inline constexpr bool fuses_gelu_on_gpu<dense<Units, Options...>> = Units % 8 == 0;
 // Matched by the spec's functor, not as activation<Functor, Epilogue, Name>:
 // nvcc 13 does not deduce the fixed_string parameter in a partial
 // specialization, and would bind a mixed-precision network differently

@@ -189,7 +189,7 @@ struct bound_convolution : layer_defaults {
   static constexpr int out_channels = OutChannels;
   static constexpr int groups = Groups;  // depthwise: one per input channel
   static constexpr bool with_bias = WithBias;
-  static constexpr epilogue fused = fusable_epilogue<typename Context::next>;
+  static constexpr epilogue fused = epilogue_between<Spec, typename Context::next, Context::gpu>;
   static constexpr std::size_t flops_per_sample = 2 * static_cast<std::size_t>(Geometry::rows.out()) *
                                                   static_cast<std::size_t>(Geometry::cols.out()) * OutChannels *
                                                   static_cast<std::size_t>(Geometry::rows.kernel) *

@@ -12,7 +12,8 @@
 // dense<64, kernel_initializer<initializers::he_normal>> or dense<10, float32>.
 //
 // When a relu, tanh or sigmoid follows, it runs inside the matmul as its
-// epilogue and the activation layer only applies its derivative in backward.
+// epilogue and the activation layer only applies its derivative in backward;
+// on the GPU gelu_tanh too, its derivative then applied by the dense.
 //
 // In a 16-bit compute dtype (mixed_float16, mixed_bfloat16) the kernel stays
 // float32 (the master weights) and the product sees it, the input, the output
@@ -103,7 +104,12 @@ struct dense {
         2 * rows_per_sample * in_features * units +
         (with_lora ? 2 * rows_per_sample * std::size_t{lora_rank} * (in_features + units) : 0);
     // The adapter's term comes before an activation: no fused epilogue then.
-    static constexpr epilogue fused = with_lora ? epilogue::none : fusable_epilogue<typename Context::next>;
+    static constexpr epilogue fused =
+        with_lora ? epilogue::none : epilogue_between<dense, typename Context::next, Context::gpu>;
+    // A GPU dense that fuses gelu_tanh keeps its product (the pre-activation,
+    // stored as its output) in the workspace for the backward's gelu'.
+    static constexpr std::size_t gelu_input_bytes_per_sample =
+        fused == epilogue::gelu_tanh ? rows_per_sample * units * sizeof(typename output_dtype::value_type) : 0;
     // The CPU's native bf16 products (backend/cpu/dense.hpp; chosen at run
     // time): not with lora<>, whose adapter adds in float32, nor with a
     // float16 input. Their bf16 kernel, and the bf16 input when the input
@@ -117,11 +123,11 @@ struct dense {
     static constexpr std::size_t kernel_floats = aligned_floats(std::tuple_element_t<0, typename params::tuple>::stored_floats);
     static constexpr std::size_t bias_floats = aligned_floats(units);
     // Workspace: the adapter's x · A (forward to backward) and d_y · B^T, or
-    // the native path's bf16 kernel and input.
+    // the native path's bf16 kernel and input, or a fused gelu_tanh's input.
     static constexpr std::size_t workspace_bytes_per_sample =
         with_lora          ? 2 * rows_per_sample * std::size_t{lora_rank} * sizeof(float)
         : keeps_bf16_input ? rows_per_sample * in_features * std::size_t{2}
-                           : 0;
+                           : gelu_input_bytes_per_sample;
     static constexpr std::size_t workspace_bytes_per_step =
         with_lora              ? 2 * arena_alignment
         : native_bf16_possible ? align_up(kernel_floats * 2) + (keeps_bf16_input ? arena_alignment : 0)

@@ -23,6 +23,8 @@ class executor<Spec, Layer, Batch, cpu> : public executor_defaults {
   using output_dtype = typename Layer::output_dtype;
   static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * Layer::input_shape::size);
   using value = typename output_dtype::value_type;  // float, f16 or bf16
+  static_assert(!Layer::fused || Functor::derivative_from_output,
+                "a CPU activation is fused only when its derivative comes from its output (gelu_tanh fuses on the GPU)");
 
  public:
   explicit executor(const layer_io<cpu>& io) : io_(io) {}
@@ -63,13 +65,7 @@ class executor<Spec, Layer, Batch, cpu> : public executor_defaults {
   }
 
  private:
-  // f'(.) from the output or from the input, as the functor defines it.
-  static float derivative(float x) {
-    if constexpr (Functor::derivative_from_output)
-      return Functor{}.derivative_at_output(x);
-    else
-      return Functor{}.derivative_at_input(x);
-  }
+  static float derivative(float from) { return functors::derivative<Functor>(from); }
 
   layer_io<cpu> io_;
 };

@@ -312,6 +312,7 @@ class primitives {
       case epilogue::relu: return dnnl::algorithm::eltwise_relu;
       case epilogue::tanh: return dnnl::algorithm::eltwise_tanh;
       case epilogue::sigmoid: return dnnl::algorithm::eltwise_logistic;
+      case epilogue::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
       case epilogue::none: break;
     }
     return dnnl::algorithm::undef;

@@ -93,12 +93,7 @@ struct activation_value_fn {
 // (layers/activations.hpp's backward).
 template <class Functor>
 struct activation_gradient_fn {
-  TYPEFLOW_HOST_DEVICE float operator()(float from, float dy) const {
-    if constexpr (Functor::derivative_from_output)
-      return dy * Functor{}.derivative_at_output(from);
-    else
-      return dy * Functor{}.derivative_at_input(from);
-  }
+  TYPEFLOW_HOST_DEVICE float operator()(float from, float dy) const { return dy * functors::derivative<Functor>(from); }
 };
 // x as the nearest T value (ties to even; float16 overflows to infinity),
 // held in float: precision::round_into's bits.

@@ -131,8 +131,10 @@ class dense_executor {
   explicit dense_executor(const layer_io<typeflow::cuda>& io)
       : io_(io),
         forward_(io.context->lt, {rows, units, in_features, false, false, 0, kernel_stride}, product_precision,
-                 fused == epilogue::relu ? gemm_epilogue::relu_bias : gemm_epilogue::bias, product_stores_16bit, false,
-                 io.context->gemm_workspace_bytes),
+                 fused == epilogue::relu        ? gemm_epilogue::relu_bias
+                 : fused == epilogue::gelu_tanh ? gemm_epilogue::gelu_aux_bias
+                                                : gemm_epilogue::bias,
+                 product_stores_16bit, false, io.context->gemm_workspace_bytes),
         // d_kernel (in, units) = x^T (in, rows) · d_out (rows, units), and d_bias its column sums
         kernel_grad_(with_lora ? matmul()
                                : matmul(io.context->lt, {in_features, units, rows, true, false, 0, 0, kernel_stride},
@@ -153,7 +155,7 @@ class dense_executor {
     const cudaStream_t s = io_.context->stream;
     float* out = product_out();
     if constexpr (!low_precision) {
-      forward_.run(input(s), kernel(), out, bias(), nullptr, io_.context->gemm_workspace, s);
+      forward_.run(input(s), kernel(), out, bias(), gelu_input(), io_.context->gemm_workspace, s);
     } else {
       using bias_value = std::conditional_t<product_stores_16bit, output_value, float>;
       auto* b = reinterpret_cast<bias_value*>(scratch_ + tail_offset);
@@ -161,7 +163,7 @@ class dense_executor {
         map(bias(), b, units, identity_fn{}, s);
       else  // a float32 bias holding the compute dtype's values (the CPU rounds it too)
         map(bias(), b, units, round_fn<compute_value>{}, s);
-      forward_.run(input(s), kernel_16bit(s), out, b, nullptr, io_.context->gemm_workspace, s);
+      forward_.run(input(s), kernel_16bit(s), out, b, gelu_input(), io_.context->gemm_workspace, s);
     }
     if constexpr (with_lora) {
       adapter_.forward(adapter_input(s), param<2>(), param<3>(), out, lora_kept(), io_.context->gemm_workspace, s);
@@ -181,7 +183,9 @@ class dense_executor {
         map(stored, stored, output_count, activation_rounded_fn<functor, compute_value>{}, s);
       else
         activation_forward<functor>(stored, stored, output_count, s);
-    } else if constexpr (low_precision && !stores_16bit) {
+    } else if constexpr (low_precision && !stores_16bit && fused != epilogue::gelu_tanh) {
+      // (A fused gelu_tanh stored in float32 keeps its float32 product: the
+      // CPU's gelu of the rounded product, stored in float32, is as close.)
       map(stored, stored, output_count, round_fn<compute_value>{}, s);
     }
   }
@@ -192,8 +196,15 @@ class dense_executor {
     const void* d_out = io_.d_out;
     if constexpr (low_precision) {
       auto* converted = reinterpret_cast<compute_value*>(scratch_ + tail_offset);
-      to_16bit(io_.d_out, converted, output_count, s);
+      if constexpr (fused == epilogue::gelu_tanh)  // gelu_tanh's backward, then rounded, in one pass
+        map2(gelu_input(), io_.d_out, converted, output_count, activation_gradient_fn<functors::gelu_tanh>{}, s);
+      else
+        to_16bit(io_.d_out, converted, output_count, s);
       d_out = converted;
+    } else if constexpr (fused == epilogue::gelu_tanh) {
+      // In place, as the activation's backward would have: the buffer is its d_in.
+      auto* d_product = const_cast<float*>(io_.d_out);
+      map2(gelu_input(), io_.d_out, d_product, output_count, activation_gradient_fn<functors::gelu_tanh>{}, s);
     }
     if constexpr (!with_lora) {
       kernel_grad_.run(input(s), d_out, io_.grads + params::template offset<0>, nullptr, d_bias,
@@ -273,6 +284,13 @@ class dense_executor {
       return d;
     }
   }
+  // A fused gelu_tanh's input, the product as stored (cuBLASLt's aux): in the
+  // workspace, from forward to backward. nullptr when gelu_tanh is not fused.
+  auto* gelu_input() const {
+    using stored_product = std::conditional_t<product_stores_16bit, output_value, float>;
+    if constexpr (fused == epilogue::gelu_tanh) return reinterpret_cast<stored_product*>(io_.workspace);
+    else return static_cast<stored_product*>(nullptr);
+  }
   float* lora_kept() const { return reinterpret_cast<float*>(io_.workspace); }
   float* lora_backward() const {
     return reinterpret_cast<float*>(io_.workspace + lora_buffer_bytes(static_cast<std::size_t>(rows), Layer::lora_rank));
@@ -305,6 +323,8 @@ class activation_executor : public executor_defaults {
   void backward() {
     const cudaStream_t s = io_.context->stream;
     if (!io_.d_in) return;
+    // A fused gelu_tanh's derivative needs the product, which the dense kept and applies.
+    if constexpr (Layer::fused && !Functor::derivative_from_output) return;
     const value* from = Functor::derivative_from_output ? out() : in();
     activation_backward<Functor>(from, io_.d_out, io_.d_in, count, s);
   }
