@@ -34,6 +34,28 @@ void set_device_bytes(void* destination, const void* from, std::size_t bytes, cu
   TYPEFLOW_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void bf16_rows_kernel(const typeflow::bf16* from, float* to, std::size_t count, std::size_t width,
+                                 std::size_t row_stride) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    to[i] = static_cast<float>(from[i / width * row_stride + i % width]);
+}
+}  // namespace
+
+void bf16_rows_to_float(const typeflow::bf16* from, float* to, int rows, int width, int row_stride,
+                        cudaStream_t stream) {
+  if (rows < 0 || width <= 0 || row_stride < width)
+    throw std::invalid_argument("typeflow cuda bf16_rows_to_float: needs rows >= 0 and 0 < width <= row_stride, got " +
+                                std::to_string(rows) + ", " + std::to_string(width) + ", " +
+                                std::to_string(row_stride));
+  const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(width);
+  if (count == 0) return;
+  bf16_rows_kernel<<<blocks_for(count, elementwise_threads), elementwise_threads, 0, stream>>>(
+      from, to, count, static_cast<std::size_t>(width), static_cast<std::size_t>(row_stride));
+  TYPEFLOW_CUDA_CHECK_LAUNCH();
+}
+
 using typeflow::bf16;
 using typeflow::f16;
 namespace fn = typeflow::functors;

@@ -6,8 +6,11 @@
 // kernels on the CPU where no device exists.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -159,6 +162,44 @@ TEST_CASE("cuda model: the language model under mixed_bfloat16 trains like the C
   // 16-bit products in both engines, rounded at different places (the CPU
   // also rounds d_E and d_x to bf16): the runs agree to about bf16's precision.
   check_language_model<tf::mixed_bfloat16>(3e-2);
+}
+
+TEST_CASE("cuda model: under mixed_bfloat16 the head's logits are bf16: loss, device metrics, class weights and predict as on the CPU") {
+  using gpu_model = tf::model<language_model, tf::mixed_bfloat16, tf::single_device, tf::cuda>;
+  static_assert(gpu_model::bound_network::bf16_logits);
+  static_assert(!tf::model<language_model, tf::mixed_float16, tf::single_device, tf::cuda>::bound_network::bf16_logits);
+  gpu_model gpu(seed);
+  CHECK_THROWS_WITH_AS(gpu.compile(tf::optimizers::adam{}, tf::losses::sparse_categorical_crossentropy{}),
+                       doctest::Contains("from_logits = true"), std::invalid_argument);
+  tf::model<language_model, tf::mixed_bfloat16> cpu(seed);
+  // Class weights scale the bf16 gradient's rows on the device; 0 drops a class.
+  const std::map<int, float> class_weight{{0, 2.f}, {3, 0.5f}, {9, 0.f}};
+  const auto train = [&](auto& m) {
+    m.compile(tf::optimizers::adam{.learning_rate = 3e-3f},
+              tf::losses::sparse_categorical_crossentropy{.from_logits = true},
+              tf::metrics::sparse_categorical_accuracy{}, tf::metrics::sparse_top_k_categorical_accuracy{.k = 3});
+    return m.fit(token_data(), {.epochs = 3, .verbose = 0, .class_weight = class_weight});
+  };
+  const auto on_gpu = train(gpu);
+  const auto on_cpu = train(cpu);
+  cuda_test::check_losses_agree(on_gpu["loss"], on_cpu["loss"], 3e-2, 2);
+  for (const char* metric : {"sparse_categorical_accuracy", "sparse_top_k_categorical_accuracy"})
+    for (std::size_t e = 0; e < 3; ++e) {
+      INFO(metric << ", epoch " << e + 1 << ": gpu " << on_gpu[metric][e] << ", cpu " << on_cpu[metric][e]);
+      CHECK(on_gpu[metric][e] == doctest::Approx(on_cpu[metric][e]).epsilon(0.05));
+    }
+  // predict brings the bf16 logits back as floats, rows of V without the padding.
+  const std::vector<float> z_gpu = gpu.predict(token_data());
+  const std::vector<float> z_cpu = cpu.predict(token_data());
+  REQUIRE(z_gpu.size() == static_cast<std::size_t>(samples) * T * V);
+  REQUIRE(z_gpu.size() == z_cpu.size());
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < z_cpu.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(z_gpu[i] - z_cpu[i])));
+    largest = std::max(largest, static_cast<double>(std::abs(z_cpu[i])));
+  }
+  INFO("largest logit difference " << worst << " of logits up to " << largest);
+  CHECK(worst < 0.05 * largest);
 }
 
 TEST_CASE("cuda model: a token id outside the vocabulary is refused on the host, naming its place") {

@@ -112,8 +112,9 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   static_assert(dense_gpu::workspace_bytes_per_sample == 0 && dense_gpu::workspace_bytes_per_step == 0);
   // The whole language model: the same parameters at the same offsets, the
   // same activations but the logits, whose rows the GPU pads from 50 to 64
-  // columns; two attention layers' P fewer, and
-  // tied_logits' and attention's host operands gone from the scratch.
+  // columns and stores in bf16 (its loss reads them so); two attention
+  // layers' P fewer, and tied_logits' and attention's host operands gone
+  // from the scratch.
   using on_cpu = lm_plan<false>;
   using on_gpu = lm_plan<true>;
   static_assert(on_gpu::parameter_bytes == on_cpu::parameter_bytes && on_gpu::slots_offset == on_cpu::slots_offset);
@@ -121,7 +122,9 @@ TEST_CASE("a network bound for tf::cuda plans what the GPU's executors keep: no 
   static_assert(lm::under<tf::mixed_bfloat16, true>::output_row_stride == 64 &&
                 lm::under<tf::mixed_bfloat16, false>::output_row_stride == 50);
   constexpr std::size_t cpu_logits = tf::align_up(4 * T * 50 * sizeof(float));
-  constexpr std::size_t gpu_logits = tf::align_up(4 * T * 64 * sizeof(float));
+  constexpr std::size_t gpu_logits = tf::align_up(4 * T * 64 * sizeof(tf::bf16));
+  static_assert(lm::under<tf::mixed_bfloat16, true>::bf16_logits && !lm::under<tf::mixed_bfloat16, false>::bf16_logits);
+  static_assert(!lm::under<tf::mixed_float16, true>::bf16_logits && !lm::under<tf::float32_policy, true>::bf16_logits);
   static_assert(on_gpu::activation_bytes == on_cpu::activation_bytes - cpu_logits + gpu_logits);
   // The CPU's loss writes d_logits into gradient buffer 0; the GPU's over
   // the logits themselves, so that its buffers hold (T, D) gradients only.

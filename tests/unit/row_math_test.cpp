@@ -80,27 +80,28 @@ int group_for(int n) {
   return 0;
 }
 
-// The columns thread t of `group` holds, in the order it pushes them.
-std::vector<int> columns_of(int t, int group, int n, bool vec) {
+// The columns thread t of `group` holds, in the order it pushes them: 8
+// floats of a held row, or every chunk of a streamed one (1024 threads).
+std::vector<int> columns_of(int t, int group, int n, bool vec, bool streamed = false) {
   std::vector<int> columns;
   const int width = vec ? 4 : 1;
-  for (int i = 0; i < 8 / width; ++i) {
+  for (int i = 0; streamed || i < 8 / width; ++i) {
     const int first = (t + i * group) * width;
-    if (first < n)
-      for (int e = 0; e < width; ++e) columns.push_back(first + e);
+    if (first >= n) break;
+    for (int e = 0; e < width; ++e) columns.push_back(first + e);
   }
   return columns;
 }
 
-// A row reduced as the held-row kernels do: per-thread pushes, then
-// group_reduce_reference.
+// A row reduced as the held-row and streamed kernels do: per-thread pushes,
+// then group_reduce_reference.
 template <class T, class Push, class Merge>
 T kernel_order(const float* row, int n, bool vec, T empty, Push push, Merge merge) {
-  const int group = group_for(n);
-  REQUIRE(group != 0);
+  const bool streamed = group_for(n) == 0;
+  const int group = streamed ? 1024 : group_for(n);
   std::vector<T> threads(group, empty);
   for (int t = 0; t < group; ++t)
-    for (int j : columns_of(t, group, n, vec)) threads[t] = push(threads[t], row[j]);
+    for (int j : columns_of(t, group, n, vec, streamed)) threads[t] = push(threads[t], row[j]);
   return rm::group_reduce_reference(threads.data(), group, empty, merge);
 }
 
@@ -249,7 +250,7 @@ void check_layer_norm_against_cpu(bool vec) {
 }
 
 // ---------------------------------------------------------------------------
-// Cross-entropy as the held-row kernels compute it.
+// Cross-entropy as the kernels compute it (from probabilities: held rows).
 
 void emulate_cross_entropy(const std::vector<float>& out, const std::vector<std::int32_t>& labels, int rows, int n,
                            int valid_rows, float gradient_scale, bool from_logits, bool vec, std::vector<float>& d_out,
@@ -420,6 +421,40 @@ TEST_CASE("row_math: the kernels' cross-entropy arithmetic reproduces losses::sp
         for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(scaled[i] == 1024.f * gradient[i]);
         CHECK(std::memcmp(scaled_loss.data(), loss.data(), rows * sizeof(float)) == 0);
       }
+}
+
+TEST_CASE("row_math: over a GPU head's bf16 logits, the kernel's float arithmetic and its bf16 gradient") {
+  // The kernel reads each bf16 logit into a float, runs the arithmetic
+  // above, and rounds the gradient to bf16 as it stores it over the logits.
+  for (int n : {64, 1000, 4099, 50257}) {
+    CAPTURE(n);
+    constexpr int rows = 5, valid = 4;
+    const auto z = uniform(static_cast<std::size_t>(rows) * n, -8.f, 8.f, 500 + n);
+    std::vector<float> stored(z.size());
+    float most_rounded = 0;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      stored[i] = static_cast<float>(tf::bf16(z[i]));
+      most_rounded = std::max(most_rounded, std::abs(stored[i] - z[i]));
+    }
+    std::vector<std::int32_t> labels(rows);
+    std::mt19937 rng(600 + n);
+    for (auto& y : labels) y = std::uniform_int_distribution<int>(0, n - 1)(rng);
+    std::vector<float> gradient, loss;
+    emulate_cross_entropy(stored, labels, rows, n, valid, 1.f, true, n % 4 == 0, gradient, loss);
+    std::vector<float> cpu_gradient(z.size()), cpu_loss(rows), exact_gradient(z.size()), exact_loss(rows);
+    const tf::losses::sparse_categorical_crossentropy xent{.from_logits = true};
+    xent(stored.data(), labels.data(), rows, n, valid, cpu_gradient.data(), cpu_loss.data());
+    xent(z.data(), labels.data(), rows, n, valid, exact_gradient.data(), exact_loss.data());
+    check_near("row loss", loss.data(), cpu_loss.data(), rows, 1e-5, 1e-5);
+    // Stored as bf16: within half a bf16 step (2^-9 relative) of the float gradient.
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      const float kept = static_cast<float>(tf::bf16(gradient[i]));
+      REQUIRE(std::abs(kept - cpu_gradient[i]) <= std::abs(cpu_gradient[i]) * 0x1p-8f + 1e-9f);
+    }
+    // Against float32 logits the row loss moves by at most twice the largest
+    // rounding of a logit (its log-sum-exp and its label's logit each by at most one).
+    for (int r = 0; r < valid; ++r) CHECK(std::abs(loss[r] - exact_loss[r]) <= 2 * most_rounded + 1e-5f);
+  }
 }
 
 TEST_CASE("row_math: the probability clip as Keras's, and softmax as softmax_row") {

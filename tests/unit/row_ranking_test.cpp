@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "typeflow/core/half.hpp"
 #include "typeflow/core/row_ranking.hpp"
 #include "typeflow/metrics/metrics.hpp"
 
@@ -34,8 +35,9 @@ int scanned_argmax(const float* row, int n) {
 }
 
 // The kernel's warp_argmax: __shfl_xor_sync at offsets 16, 8, 4, 2, 1; every
-// lane ends with the same candidate.
-int warp_argmax(const float* row, int n) {
+// lane ends with the same candidate. T: float, or a GPU head's bf16 logits.
+template <class T>
+int warp_argmax(const T* row, int n) {
   std::array<tf::argmax_candidate, lanes> c;
   for (int l = 0; l < lanes; ++l) c[static_cast<std::size_t>(l)] = tf::lane_argmax(row, n, l, lanes);
   for (int offset = lanes / 2; offset > 0; offset /= 2) {
@@ -49,7 +51,8 @@ int warp_argmax(const float* row, int n) {
   return tf::argmax_column(row, c[0]);
 }
 
-int warp_count_greater(const float* row, int n, float value) {
+template <class T>
+int warp_count_greater(const T* row, int n, float value) {
   int greater = 0;
   for (int l = 0; l < lanes; ++l) greater += tf::lane_count_greater(row, n, value, l, lanes);
   return greater;
@@ -129,6 +132,30 @@ TEST_CASE("a warp's argmax and count of greater values are the scan's, with ties
   CHECK(warp_argmax(all_nan, 2) == 0);
   CHECK(warp_argmax(minus_inf, 3) == 0);
   CHECK(warp_argmax(ties, 4) == 1);
+}
+
+TEST_CASE("over bf16 logits the warp compares the values as floats: the scan of the converted row") {
+  std::mt19937 gen(13);
+  std::normal_distribution<float> logit(0.f, 3.f);
+  for (int n : {5, 50, 1000, 50257}) {
+    CAPTURE(n);
+    for (int r = 0; r < 20; ++r) {
+      std::vector<tf::bf16> row(static_cast<std::size_t>(n));
+      std::vector<float> as_float(row.size());
+      for (std::size_t j = 0; j < row.size(); ++j) {
+        row[j] = tf::bf16(logit(gen));  // bf16's 8 bits: many ties among 50257 values
+        as_float[j] = static_cast<float>(row[j]);
+      }
+      CHECK(warp_argmax(row.data(), n) == scanned_argmax(as_float.data(), n));
+      for (int target : {0, n / 3, n - 1}) {
+        const float value = as_float[static_cast<std::size_t>(target)];
+        int scanned = 0;
+        for (const float x : as_float) scanned += x > value;
+        CHECK(warp_count_greater(row.data(), n, value) == scanned);
+        CHECK(tf::in_top_k(row.data(), n, target, 5) == (scanned < 5));
+      }
+    }
+  }
 }
 
 TEST_CASE("the GPU's hit count, replayed in its blocks and warps, is the CPU metrics' count over the valid rows") {

@@ -20,7 +20,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "typeflow/core/half.hpp"
 #include "typeflow/core/host_device.hpp"
 
 namespace typeflow::row_math {
@@ -272,15 +274,28 @@ __device__ __forceinline__ T group_reduce(T v, T empty, Merge merge, T* slots) {
   return v;
 }
 
-// 4 consecutive floats (float4 access) or 1.
-template <bool kVec>
+// 4 consecutive values (one 16- or 8-byte access) or 1, held as floats:
+// stored as float, or as bf16 (a GPU's logits under mixed_bfloat16,
+// layers/embedding.hpp), converted as core/half.hpp converts.
+template <bool kVec, class T = float>
 struct chunk {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, typeflow::bf16>);
   static constexpr int width = kVec ? 4 : 1;
   float v[width];
 
-  __device__ __forceinline__ static chunk load(const float* p) {
+  __device__ __forceinline__ static chunk load(const T* p) {
     chunk c;
-    if constexpr (kVec) {
+    if constexpr (std::is_same_v<T, typeflow::bf16>) {
+      if constexpr (kVec) {
+        const uint2 q = *reinterpret_cast<const uint2*>(p);
+        const unsigned words[2] = {q.x, q.y};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          c.v[e] = typeflow::detail::bf16_to_float_portable(static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2))));
+      } else {
+        c.v[0] = static_cast<float>(*p);
+      }
+    } else if constexpr (kVec) {
       const float4 q = *reinterpret_cast<const float4*>(p);
       c.v[0] = q.x, c.v[1] = q.y, c.v[2] = q.z, c.v[3] = q.w;
     } else {
@@ -294,18 +309,32 @@ struct chunk {
     for (int e = 0; e < width; ++e) c.v[e] = value;
     return c;
   }
-  __device__ __forceinline__ void store(float* p) const {
-    if constexpr (kVec) *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    else *p = v[0];
+  __device__ __forceinline__ void store(T* p) const {
+    if constexpr (std::is_same_v<T, typeflow::bf16>) {
+      if constexpr (kVec) {
+        unsigned words[2];
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+          words[w] = static_cast<unsigned>(typeflow::detail::float_to_bf16_bits(v[2 * w])) |
+                     static_cast<unsigned>(typeflow::detail::float_to_bf16_bits(v[2 * w + 1])) << 16;
+        *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
+      } else {
+        *p = typeflow::bf16(v[0]);
+      }
+    } else if constexpr (kVec) {
+      *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      *p = v[0];
+    }
   }
 };
 
 // A held row: thread t of the group owns chunks t, t + kGroup, ... (kPer
 // floats in all); chunk i of thread t starts at column first_column(t, i).
 // The same columns every row, which the column sums of backward rely on.
-template <int kGroup, bool kVec>
+template <int kGroup, bool kVec, class T = float>
 struct held_row {
-  using chunk_type = chunk<kVec>;
+  using chunk_type = chunk<kVec, T>;
   static constexpr int width = chunk_type::width;
   static constexpr int chunks = kPer / width;
   __device__ __forceinline__ static int first_column(int t, int i) { return (t + i * kGroup) * width; }

@@ -39,35 +39,41 @@ TYPEFLOW_HOST_DEVICE argmax_candidate merge(argmax_candidate a, argmax_candidate
   return b.value > a.value || (b.value == a.value && b.column < a.column) ? b : a;
 }
 
-// The best of columns lane, lane + lanes, ... of a row of n.
-TYPEFLOW_HOST_DEVICE argmax_candidate lane_argmax(const float* row, int n, int lane, int lanes) {
+// The best of columns lane, lane + lanes, ... of a row of n. T: float, or
+// bf16 (a GPU's logits under mixed_bfloat16), compared as floats.
+template <class T>
+TYPEFLOW_HOST_DEVICE argmax_candidate lane_argmax(const T* row, int n, int lane, int lanes) {
   argmax_candidate best;
   for (int j = lane; j < n; j += lanes) {
-    const float v = row[j];
+    const float v = static_cast<float>(row[j]);
     if (v == v && (best.column < 0 || v > best.value)) best = {v, j};  // columns rise: the first of equals stays
   }
   return best;
 }
 
 // The merged candidates' column, as the scan gives it.
-TYPEFLOW_HOST_DEVICE int argmax_column(const float* row, argmax_candidate merged) {
-  const float first = row[0];
+template <class T>
+TYPEFLOW_HOST_DEVICE int argmax_column(const T* row, argmax_candidate merged) {
+  const float first = static_cast<float>(row[0]);
   return first != first || merged.column < 0 ? 0 : merged.column;
 }
 
-TYPEFLOW_HOST_DEVICE int argmax_of(const float* row, int n) { return argmax_column(row, lane_argmax(row, n, 0, 1)); }
+template <class T>
+TYPEFLOW_HOST_DEVICE int argmax_of(const T* row, int n) { return argmax_column(row, lane_argmax(row, n, 0, 1)); }
 
 // Of columns lane, lane + lanes, ...: how many hold a value greater than `value`.
-TYPEFLOW_HOST_DEVICE int lane_count_greater(const float* row, int n, float value, int lane, int lanes) {
+template <class T>
+TYPEFLOW_HOST_DEVICE int lane_count_greater(const T* row, int n, float value, int lane, int lanes) {
   int greater = 0;
-  for (int j = lane; j < n; j += lanes) greater += row[j] > value;
+  for (int j = lane; j < n; j += lanes) greater += static_cast<float>(row[j]) > value;
   return greater;
 }
 
 // Whether column `target` is among the row's k largest: fewer than k values
 // are strictly greater (ties count in its favour, as Keras's in_top_k).
-TYPEFLOW_HOST_DEVICE bool in_top_k(const float* row, int n, int target, int k) {
-  return lane_count_greater(row, n, row[target], 0, 1) < k;
+template <class T>
+TYPEFLOW_HOST_DEVICE bool in_top_k(const T* row, int n, int target, int k) {
+  return lane_count_greater(row, n, static_cast<float>(row[target]), 0, 1) < k;
 }
 
 }  // namespace typeflow

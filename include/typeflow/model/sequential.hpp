@@ -124,7 +124,12 @@ struct bound_network {
   static constexpr auto output_sizes = per_layer([]<class L>() { return stored_output_size<L>(); });
   // Whether the loss writes its gradient over the output (contract/layer.hpp).
   static constexpr bool loss_gradient_in_place = layer<layer_count - 1>::loss_gradient_over_output;
-  // Floats from one row of the network's output (and of its gradient) to
+  // The network's output as stored: float, or bf16 for a GPU's tied_logits
+  // under a bfloat16 compute dtype, whose loss gradient, written over it in
+  // place, is bf16 too (layers/embedding.hpp).
+  using output_value = typename layer<layer_count - 1>::output_dtype::value_type;
+  static constexpr bool bf16_logits = loss_gradient_in_place && std::is_same_v<output_value, bf16>;
+  // Values from one row of the network's output (and of its gradient) to
   // the next: the last axis, or a GPU's padded vocabulary (tied_logits).
   static constexpr int output_row_stride = [] {
     using last = layer<layer_count - 1>;

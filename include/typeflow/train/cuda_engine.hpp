@@ -142,6 +142,11 @@ class engine<Net, Policy, Strategy, cuda> {
                   "compile on tf::cuda: a tied_logits head stores its rows padded to a multiple of 64 columns and "
                   "takes d_logits over the logits (layers/embedding.hpp); its loss is "
                   "sparse_categorical_crossentropy, which reads class ids");
+    if constexpr (Net::bf16_logits && std::is_same_v<Loss, losses::sparse_categorical_crossentropy>)
+      if (!loss.from_logits)
+        throw std::invalid_argument("compile on tf::cuda: the network's head stores bf16 logits under a bfloat16 "
+                                    "policy (layers/embedding.hpp), which the loss reads as logits: "
+                                    "sparse_categorical_crossentropy{.from_logits = true}");
     if constexpr (backend::cuda::has_device_loss<Loss>) {
       if constexpr (packed_outputs) {
         std::vector<std::unique_ptr<backend::cuda::device_loss_base>> each;
@@ -254,23 +259,31 @@ class engine<Net, Policy, Strategy, cuda> {
       // The metrics read the outputs first: the loss may write its gradient
       // over them (Net::loss_gradient_in_place).
       void loss() {
-        e.count_hits(r, program.output(), parity, rows, s);
-        if (e.outputs_to_host_)
-          backend::cuda::copy_rows_to_host(r.results() + rows, program.output(), rows, classes, row_stride, s);
-        e.loss_->record(program.output(), r.labels_on_device(parity), program.output_gradient(), program.row_losses(),
-                        rows, classes, row_stride, rows, s);
+        e.count_hits(r, cuda_outputs<Net>::stored(program.output()), parity, rows, s);
+        if (e.outputs_to_host_) cuda_outputs<Net>::to_host(r.results() + rows, program.output(), rows, s);
+        cuda_outputs<Net>::record(*e.loss_, program.output(), r.labels_on_device(parity), program.output_gradient(),
+                                  program.row_losses(), rows, rows, s);
         if (e.weighted_[static_cast<std::size_t>(parity)]) {  // d_out[i, :] *= w[i], row_loss[i] *= w[i]
           const float* w = r.row_weights_on_device(parity);
           using scale = typeflow::detail::merge_fn::scale_rows;
-          backend::cuda::for_each_index(static_cast<std::size_t>(rows) * row_stride,
-                                        scale{w, program.output_gradient(), program.output_gradient(),
+          const std::size_t gradient_count = static_cast<std::size_t>(rows) * row_stride;
+          if constexpr (Net::bf16_logits)
+            backend::cuda::for_each_index(gradient_count,
+                                          backend::cuda::weight_bf16_rows{
+                                              w, reinterpret_cast<bf16*>(program.output_gradient()),
                                               static_cast<std::size_t>(row_stride)},
-                                        s);
+                                          s);
+          else
+            backend::cuda::for_each_index(gradient_count,
+                                          scale{w, program.output_gradient(), program.output_gradient(),
+                                                static_cast<std::size_t>(row_stride)},
+                                          s);
           backend::cuda::for_each_index(static_cast<std::size_t>(rows),
                                         scale{w, program.row_losses(), program.row_losses(), 1}, s);
         }
       }
       void scale_output_gradient() {
+        static_assert(!(loss_scaling && Net::bf16_logits), "bf16 logits come with a bfloat16 policy: no loss scale");
         if constexpr (loss_scaling)
           backend::cuda::map(program.output_gradient(), program.output_gradient(),
                              static_cast<std::size_t>(rows) * row_stride,
@@ -650,7 +663,8 @@ class engine<Net, Policy, Strategy, cuda> {
   // Each metric the device counts (metric_hits.hpp): its hits over the
   // step's valid rows (the step values' count), zeroed first, then copied to
   // the parity's host buffer.
-  void count_hits(replica& r, const float* outputs, int parity, int rows, cudaStream_t s) {
+  template <class Output>  // float, or bf16 logits
+  void count_hits(replica& r, const Output* outputs, int parity, int rows, cudaStream_t s) {
     if (std::none_of(metric_rules_.begin(), metric_rules_.end(), [](const auto& rule) { return rule.has_value(); }))
       return;
     unsigned long long* hits = r.hits_on_device(parity);

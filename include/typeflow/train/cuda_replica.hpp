@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "typeflow/backend/cuda/device_optimizer.hpp"
+#include "typeflow/backend/cuda/elementwise.hpp"
 #include "typeflow/backend/cuda/losses.hpp"
 #include "typeflow/backend/cuda/matmul.hpp"
 #include "typeflow/backend/cuda/metric_hits.hpp"
@@ -38,6 +39,39 @@
 #include "typeflow/train/training_state.hpp"
 
 namespace typeflow {
+
+// The network's outputs as the device stores them: float, or a GPU head's
+// bf16 logits (Net::bf16_logits, layers/embedding.hpp), which the loss reads
+// and writes its gradient over, and the device's metrics count, in bf16.
+template <class Net>
+struct cuda_outputs {
+  using shape_type = typename Net::output_shape_type;
+  static constexpr int classes = shape_type::rank >= 1 ? shape_type::template dim<-1> : 1;
+  static constexpr int row_stride = Net::output_row_stride;
+
+  static auto* stored(const float* outputs) {
+    if constexpr (Net::bf16_logits) return reinterpret_cast<const bf16*>(outputs);
+    else return outputs;
+  }
+  // Rows of them into packed floats at `host`, which must be pinned
+  // (cuda_replica::results()) for bf16 logits: the device converts them as
+  // it writes there.
+  static void to_host(float* host, const float* outputs, int rows, cudaStream_t s) {
+    if constexpr (Net::bf16_logits)
+      backend::cuda::bf16_rows_to_float(stored(outputs), host, rows, classes, row_stride, s);
+    else
+      backend::cuda::copy_rows_to_host(host, outputs, rows, classes, row_stride, s);
+  }
+  // The loss's row losses, and its gradient (scale 1) at d_outputs.
+  static void record(const backend::cuda::device_loss_base& loss, float* outputs, const void* labels,
+                     float* d_outputs, float* row_losses, int rows, int valid_rows, cudaStream_t s) {
+    if constexpr (Net::bf16_logits)
+      loss.record_bf16(stored(outputs), labels, reinterpret_cast<bf16*>(d_outputs), row_losses, rows, classes,
+                       row_stride, valid_rows, s);
+    else
+      loss.record(outputs, labels, d_outputs, row_losses, rows, classes, row_stride, valid_rows, s);
+  }
+};
 
 // One replica: a device and everything on it.
 template <class Net>
@@ -259,14 +293,23 @@ struct cuda_decoder_view {
   std::int32_t token = 0;
   std::vector<float> logits = std::vector<float>(classes);
 
+  // bf16 logits come through pinned memory, converted by the device.
+  backend::cuda::pinned_buffer converted{Net::decoder::bf16_logits ? classes * sizeof(float) : 0};
+
   std::int32_t* input() { return &token; }
   void forward() {
     const cudaStream_t s = r.compute.get();
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(program.input(), &token, sizeof token, cudaMemcpyHostToDevice, s));
     program.forward();
-    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(logits.data(), program.output(), logits.size() * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
-    r.compute.synchronize();
+    if constexpr (Net::decoder::bf16_logits) {
+      cuda_outputs<typename Net::decoder>::to_host(converted.template data<float>(), program.output(), 1, s);
+      r.compute.synchronize();
+      std::copy_n(converted.template data<float>(), classes, logits.data());
+    } else {
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(logits.data(), program.output(), logits.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
+      r.compute.synchronize();
+    }
   }
   const float* output() const { return logits.data(); }
 };
@@ -306,13 +349,15 @@ struct cuda_inference_pass {
     r.run.training = false;
     program.forward();
   }
-  // `count` floats: whole rows of `classes` (their padding left behind).
+  // `count` floats: whole rows of `classes` (their padding left behind);
+  // bf16 logits through the pinned results buffer.
   void append_outputs(std::vector<float>& to, std::size_t count) {
     const std::size_t at = to.size();
     to.resize(at + count);
-    backend::cuda::copy_rows_to_host(to.data() + at, program.output(), static_cast<int>(count / classes), classes,
-                                     row_stride, r.compute.get());
+    float* landing = Net::bf16_logits ? r.results() + rows : to.data() + at;
+    cuda_outputs<Net>::to_host(landing, program.output(), static_cast<int>(count / classes), r.compute.get());
     r.compute.synchronize();
+    if (landing != to.data() + at) std::copy_n(landing, count, to.data() + at);
   }
   // The loss over the valid rows; the row losses, and the metrics' hits or
   // the outputs, come back to pinned memory for evaluate's loss and metrics.
@@ -339,14 +384,14 @@ struct cuda_inference_pass {
       TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(hits, 0, rules.size() * sizeof(unsigned long long), s));
       for (std::size_t i = 0; i < rules.size(); ++i)
         if (rules[i])
-          backend::cuda::count_hits(*rules[i], sparse, program.output(), r.labels_on_device(0), valid_rows, classes,
-                                    nullptr, 1, hits + i, s, row_stride);
+          backend::cuda::count_hits(*rules[i], sparse, cuda_outputs<Net>::stored(program.output()),
+                                    r.labels_on_device(0), valid_rows, classes, nullptr, 1, hits + i, s, row_stride);
       TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(r.hits_on_host(0), hits, rules.size() * sizeof(unsigned long long),
                                           cudaMemcpyDeviceToHost, s));
     }
-    if (outputs_read) backend::cuda::copy_rows_to_host(host + rows, program.output(), rows, classes, row_stride, s);
-    loss_executor->record(program.output(), r.labels_on_device(0), program.output_gradient(), program.row_losses(),
-                         rows, classes, row_stride, valid_rows, s);
+    if (outputs_read) cuda_outputs<Net>::to_host(host + rows, program.output(), rows, s);
+    cuda_outputs<Net>::record(*loss_executor, program.output(), r.labels_on_device(0), program.output_gradient(),
+                              program.row_losses(), rows, valid_rows, s);
     TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(host, program.row_losses(), static_cast<std::size_t>(rows) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     r.compute.synchronize();

@@ -94,7 +94,8 @@ class model {
  private:
   // The network bound under the policy: every fact below is read from it.
   using Net = typename Network::template under<policy_type, Device::gpu>;
-  static_assert(!precision::is_16bit_v<typename detail::loss_input_dtype<Net>::type>,
+  // (A GPU's bf16 logits are read by the cross-entropy in float32 arithmetic: layers/embedding.hpp.)
+  static_assert(!precision::is_16bit_v<typename detail::loss_input_dtype<Net>::type> || Net::bf16_logits,
                 "model<Net, mixed policy>: the loss would receive 16-bit outputs, which lose precision "
                 "(and overflow in float16). Compute the output layer in float32, as Keras's dtype=\"float32\": "
                 "e.g. dense<10, float32>, or end with softmax, which always computes in float32");

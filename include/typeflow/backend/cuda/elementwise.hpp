@@ -127,6 +127,14 @@ void from_16bit(const T* in, float* out, std::size_t n, cudaStream_t stream) {
   map(in, out, n, identity_fn{}, stream);
 }
 
+// Rows of bf16 values, row_stride apart, into rows x width packed floats at
+// `to`: device memory, or pinned host memory (cudaMallocHost's, which the
+// device writes through unified addressing; read it after the stream is
+// done). A GPU head's bf16 logits for the host: predict, generate, and the
+// metrics the device does not count (layers/embedding.hpp).
+void bf16_rows_to_float(const typeflow::bf16* from, float* to, int rows, int width, int row_stride,
+                        cudaStream_t stream);
+
 // x *= factor, in place.
 inline void scale(float* x, std::size_t n, float factor, cudaStream_t stream) { map(x, x, n, scale_fn{factor}, stream); }
 

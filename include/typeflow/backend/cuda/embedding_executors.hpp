@@ -93,7 +93,9 @@ class positional_embedding_executor : public executor_defaults {
 // converted into scratch at each call (x and E in forward; d_logits, x and E
 // in backward) and the products accumulate in float32; the logits, d_E and
 // d_x are written in float32 straight from the accumulators, as dense's
-// gradients are here (the CPU rounds d_E and d_x to the compute dtype).
+// gradients are here (the CPU rounds d_E and d_x to the compute dtype), but
+// for the bf16 logits of the network's head under a bfloat16 compute dtype,
+// over which the loss writes d_logits in bf16 (layers/embedding.hpp).
 template <class Layer, int Batch>
 class tied_logits_executor {
   using compute_value = typename Layer::compute_dtype::value_type;  // float, f16 or bf16
@@ -112,20 +114,25 @@ class tied_logits_executor {
   static constexpr int row_stride = Layer::row_stride;
   static constexpr std::size_t input_count = static_cast<std::size_t>(rows) * dim;
   static constexpr std::size_t logit_count = static_cast<std::size_t>(rows) * row_stride;
-  // Scratch under a 16-bit policy: [x][E, padded rows as stored][d_logits], each in the compute dtype.
+  // bf16 logits, and d_logits over them, as the network's head under a
+  // bfloat16 compute dtype (layers/embedding.hpp): the forward product
+  // stores bf16, and the backward's products read d_logits as stored.
+  static constexpr bool bf16_logits = Layer::bf16_logits;
+  // Scratch under a 16-bit policy: [x][E, padded rows as stored][d_logits
+  // unless bf16 already], each in the compute dtype.
   static constexpr std::size_t input_bytes =
       low_precision ? scratch_align(input_count * sizeof(compute_value)) : 0;
   static constexpr std::size_t table_bytes =
       low_precision ? scratch_align(Layer::table_floats * sizeof(compute_value)) : 0;
   static constexpr std::size_t logit_bytes =
-      low_precision ? scratch_align(logit_count * sizeof(compute_value)) : 0;
+      low_precision && !bf16_logits ? scratch_align(logit_count * sizeof(compute_value)) : 0;
 
  public:
   explicit tied_logits_executor(const layer_io<typeflow::cuda>& io)
       : io_(io),
         // logits (rows, V; rows row_stride apart) = x (rows, D) · Eᵀ
         forward_(io.context->lt, {rows, vocab, dim, false, true, 0, stride, row_stride}, product_precision,
-                 gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes),
+                 gemm_epilogue::none, bf16_logits, false, io.context->gemm_workspace_bytes),
         // d_E (V, D) = d_logitsᵀ (V, rows) · x (rows, D), rows of `stride`
         table_grad_(io.context->lt, {vocab, dim, rows, true, false, row_stride, 0, stride}, product_precision,
                     gemm_epilogue::none, false, false, io.context->gemm_workspace_bytes),
@@ -142,8 +149,8 @@ class tied_logits_executor {
   }
   void backward() {
     const cudaStream_t s = io_.context->stream;
-    const void* d_logits = io_.d_out;
-    if constexpr (low_precision) {
+    const void* d_logits = io_.d_out;  // bf16 as stored, with bf16_logits
+    if constexpr (low_precision && !bf16_logits) {
       auto* converted = reinterpret_cast<compute_value*>(scratch_ + input_bytes + table_bytes);
       to_16bit(io_.d_out, converted, logit_count, s);
       d_logits = converted;

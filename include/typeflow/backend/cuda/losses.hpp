@@ -16,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -23,6 +24,8 @@
 #include <type_traits>
 
 #include "typeflow/backend/cuda/softmax_cross_entropy.hpp"
+#include "typeflow/core/half.hpp"
+#include "typeflow/core/host_device.hpp"
 #include "typeflow/losses/losses.hpp"
 
 namespace typeflow::backend::cuda {
@@ -62,9 +65,29 @@ struct device_loss_base {
   virtual losses::label_form form() const = 0;
   virtual void record(const float* outputs, const void* labels, float* d_outputs, float* row_losses, int rows,
                       int width, int row_stride, int valid_rows, cudaStream_t stream) const = 0;
+  // The same over bf16 outputs and gradient, the gradient written over the
+  // outputs (a GPU's bf16 logits, layers/embedding.hpp): only the sparse
+  // cross-entropy from logits reads them (the engine's compile checks it).
+  virtual void record_bf16(const typeflow::bf16* /*outputs*/, const void* /*labels*/, typeflow::bf16* /*d_outputs*/,
+                           float* /*row_losses*/, int /*rows*/, int /*width*/, int /*row_stride*/,
+                           int /*valid_rows*/, cudaStream_t /*stream*/) const {
+    throw std::logic_error("typeflow: this loss reads float32 outputs on tf::cuda, not a head's bf16 logits");
+  }
   // Room for `rows` rows on the current device, before any record() is
   // captured (a loss per output keeps blocks there; the others need none).
   virtual void prepare(int /*rows*/) {}
+};
+
+// A bf16 loss gradient's rows times their weights, in place (the sample and
+// class weights of a GPU's bf16 logits: train/cuda_engine.hpp); rounded to
+// bf16 again. for_each_index over rows x row_stride elements.
+struct weight_bf16_rows {
+  const float* weights;
+  typeflow::bf16* gradient;
+  std::size_t row_stride;
+  TYPEFLOW_HOST_DEVICE void operator()(std::size_t i) const {
+    gradient[i] = typeflow::bf16(weights[i / row_stride] * static_cast<float>(gradient[i]));
+  }
 };
 
 template <class Loss>
@@ -87,6 +110,19 @@ struct device_loss final : device_loss_base {
                                     std::to_string(row_stride) + " apart");
       row_loss(loss, outputs, static_cast<const float*>(labels), d_outputs, row_losses, rows, width, valid_rows, 1.f,
                stream);
+    }
+  }
+  void record_bf16(const typeflow::bf16* outputs, const void* labels, typeflow::bf16* d_outputs, float* row_losses,
+                   int rows, int width, int row_stride, int valid_rows, cudaStream_t stream) const override {
+    if constexpr (std::is_same_v<Loss, losses::sparse_categorical_crossentropy>) {
+      if (!loss.from_logits)
+        throw std::invalid_argument("typeflow: sparse_categorical_crossentropy{.from_logits = false} on a head's bf16 "
+                                    "logits: they are logits; use from_logits = true");
+      sparse_softmax_cross_entropy(outputs, static_cast<const std::int32_t*>(labels), d_outputs, row_losses, rows,
+                                   width, valid_rows, 1.f, stream, nullptr, row_stride);
+    } else {
+      device_loss_base::record_bf16(outputs, labels, d_outputs, row_losses, rows, width, row_stride, valid_rows,
+                                    stream);
     }
   }
 };

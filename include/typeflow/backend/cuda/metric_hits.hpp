@@ -19,11 +19,16 @@
 
 #include <cstdint>
 
+#include "typeflow/core/half.hpp"
 #include "typeflow/core/row_ranking.hpp"
 
 namespace typeflow::backend::cuda {
 
 void count_hits(hit_count_rule count, bool sparse_labels, const float* outputs, const void* labels,
+                int rows, int classes, const std::int32_t* valid_samples, int rows_per_sample,
+                unsigned long long* hits, cudaStream_t stream, int row_stride = 0);
+// The same over bf16 outputs (a GPU's logits under mixed_bfloat16), compared as floats.
+void count_hits(hit_count_rule count, bool sparse_labels, const typeflow::bf16* outputs, const void* labels,
                 int rows, int classes, const std::int32_t* valid_samples, int rows_per_sample,
                 unsigned long long* hits, cudaStream_t stream, int row_stride = 0);
 

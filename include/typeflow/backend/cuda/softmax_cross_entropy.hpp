@@ -50,6 +50,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "typeflow/core/half.hpp"
+
 namespace typeflow::backend::cuda {
 
 // The row kernels' shared precondition: rows >= 0, width > 0, 0 <= valid_rows <= rows.
@@ -64,6 +66,15 @@ inline void check_loss_rows(const char* what, int rows, int width, int valid_row
 void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits, float* row_loss,
                                   int rows, int classes, int valid_rows, float gradient_scale, cudaStream_t stream,
                                   int* bad_labels = nullptr, int row_stride = 0);
+
+// bf16 logits and d_logits (a GPU's tied_logits under mixed_bfloat16,
+// layers/embedding.hpp): each logit read into float, the row's log-sum-exp,
+// loss and gradient computed in float as above, the gradient rounded to bf16
+// (core/half.hpp's rounding) as it is stored, over the logits when
+// d_logits == logits.
+void sparse_softmax_cross_entropy(const typeflow::bf16* logits, const std::int32_t* labels, typeflow::bf16* d_logits,
+                                  float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
+                                  cudaStream_t stream, int* bad_labels = nullptr, int row_stride = 0);
 
 void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
                                             float* d_probabilities, float* row_loss, int rows, int classes,

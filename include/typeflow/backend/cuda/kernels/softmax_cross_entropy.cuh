@@ -35,10 +35,10 @@ __device__ __forceinline__ row_state classify(int r, const std::int32_t* labels,
 }
 
 // Padding and bad rows: zero gradient; loss 0 or NaN (the flag counted once, by thread 0 of the group).
-template <bool kVec, int kGroup>
-__device__ __forceinline__ void write_dead_row(row_state state, int r, int t, float* grad_row, float* row_loss,
+template <bool kVec, int kGroup, class T = float>
+__device__ __forceinline__ void write_dead_row(row_state state, int r, int t, T* grad_row, float* row_loss,
                                                int* bad_labels, int n) {
-  using chunk = gpu::chunk<kVec>;
+  using chunk = gpu::chunk<kVec, T>;
   constexpr int stride = (kGroup == 0 ? 1024 : kGroup) * chunk::width;
   if (grad_row)
     for (int j = t * chunk::width; j < n; j += stride) chunk::filled(0.f).store(grad_row + j);
@@ -49,13 +49,14 @@ __device__ __forceinline__ void write_dead_row(row_state state, int r, int t, fl
 }
 
 // ---------------------------------------------------------------------------
-// From logits.
+// From logits, stored as T (float, or a GPU head's bf16): read into float,
+// the gradient computed in float and stored as T.
 
-template <int kGroup, bool kVec>
+template <int kGroup, bool kVec, class T>
 __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
-    xent_logits_held(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
+    xent_logits_held(const T* z, const std::int32_t* labels, T* dz, float* row_loss, int rows, int n,
                      int stride, int valid_rows, float scale, int* bad_labels) {
-  using row = gpu::held_row<kGroup, kVec>;
+  using row = gpu::held_row<kGroup, kVec, T>;
   using chunk = typename row::chunk_type;
   constexpr int W = row::width;
   constexpr int kRows = gpu::rows_per_block<kGroup>;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {  // uniform over the group (block when kGroup > 32)
-      write_dead_row<kVec, kGroup>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
+      write_dead_row<kVec, kGroup, T>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
       continue;
     }
     chunk v[row::chunks];
@@ -100,11 +101,11 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
   }
 }
 
-template <bool kVec>
+template <bool kVec, class T>
 __global__ void __launch_bounds__(1024)
-    xent_logits_streamed(const float* z, const std::int32_t* labels, float* dz, float* row_loss, int rows, int n,
+    xent_logits_streamed(const T* z, const std::int32_t* labels, T* dz, float* row_loss, int rows, int n,
                          int stride, int valid_rows, float scale, int* bad_labels) {
-  using chunk = gpu::chunk<kVec>;
+  using chunk = gpu::chunk<kVec, T>;
   constexpr int W = chunk::width;
   constexpr int kStride = 1024 * W;
   __shared__ rm::max_sum slots[gpu::slot_count<0>];
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(1024)
     int y = 0;
     const row_state state = classify(r, labels, valid_rows, n, y);
     if (state != row_state::compute) {  // uniform over the block
-      write_dead_row<kVec, 0>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
+      write_dead_row<kVec, 0, T>(state, r, t, dz ? dz + base : nullptr, row_loss, bad_labels, n);
       continue;
     }
     rm::max_sum m = rm::max_sum_empty();
@@ -335,25 +336,40 @@ inline float row_scale(float gradient_scale, int valid_rows) {
 
 }  // namespace softmax_detail
 
-void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
-                                         float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
-                                         cudaStream_t stream, int* bad_labels, int row_stride) {
-  namespace d = softmax_detail;
+namespace softmax_detail {
+template <class T>
+void launch_logits(const T* logits, const std::int32_t* labels, T* d_logits, float* row_loss, int rows, int classes,
+                   int valid_rows, float gradient_scale, cudaStream_t stream, int* bad_labels, int row_stride) {
   namespace gpu = typeflow::row_math::gpu;
   check_loss_rows("sparse_softmax_cross_entropy", rows, classes, valid_rows);
   const int stride = row_stride_for("sparse_softmax_cross_entropy", classes, row_stride);
   if (rows == 0) return;
-  const float scale = d::row_scale(gradient_scale, valid_rows);
+  const float scale = row_scale(gradient_scale, valid_rows);
   const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(logits, d_logits);
   gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
     if constexpr (kGroup == 0)
-      d::xent_logits_streamed<kVec><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
+      xent_logits_streamed<kVec, T><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
           logits, labels, d_logits, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     else
-      d::xent_logits_held<kGroup, kVec><<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
+      xent_logits_held<kGroup, kVec, T><<<gpu::row_blocks<kGroup>(rows), gpu::block_threads<kGroup>, 0, stream>>>(
           logits, labels, d_logits, row_loss, rows, classes, stride, valid_rows, scale, bad_labels);
     TYPEFLOW_CUDA_CHECK_LAUNCH();
   });
+}
+}  // namespace softmax_detail
+
+void sparse_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* d_logits,
+                                         float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
+                                         cudaStream_t stream, int* bad_labels, int row_stride) {
+  softmax_detail::launch_logits(logits, labels, d_logits, row_loss, rows, classes, valid_rows, gradient_scale, stream,
+                                bad_labels, row_stride);
+}
+
+void sparse_softmax_cross_entropy(const typeflow::bf16* logits, const std::int32_t* labels, typeflow::bf16* d_logits,
+                                  float* row_loss, int rows, int classes, int valid_rows, float gradient_scale,
+                                  cudaStream_t stream, int* bad_labels, int row_stride) {
+  softmax_detail::launch_logits(logits, labels, d_logits, row_loss, rows, classes, valid_rows, gradient_scale, stream,
+                                bad_labels, row_stride);
 }
 
 void sparse_crossentropy_from_probabilities(const float* probabilities, const std::int32_t* labels,
