@@ -218,6 +218,33 @@ void checks() {
   MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   check(lowest == highest, "the History's epoch loss is the same on every rank (the job's mean)");
   std::printf("[rank %d] the job's mean loss %.6f\n", rank, loss);
+
+  // A custom callback that stops the last rank alone, in a batch and then at
+  // an epoch's end: every rank stops there (model_access::stop_agreed),
+  // rather than the others waiting for its collectives to the deadline.
+  struct stop_last_rank : tf::callback {
+    std::int64_t at_batch = -1;  // -1: at the first epoch's end instead
+    void on_batch_end(std::int64_t step, const tf::logs&) override {
+      if (rank == workers - 1 && step == at_batch) model()->stop_training();
+    }
+    void on_epoch_end(const tf::epoch_info&, const tf::logs&) override {
+      if (rank == workers - 1 && at_batch < 0) model()->stop_training();
+    }
+  };
+  auto batches = data | tf::data::shard(workers, rank) | tf::data::batch<PerWorker>;
+  for (const std::int64_t at_batch : {std::int64_t{3}, std::int64_t{-1}}) {
+    tf::model<net, tf::float32, tf::multi_worker> stopped{4};
+    compile(stopped);
+    stop_last_rank stop;
+    stop.at_batch = at_batch;
+    const auto stopped_history = stopped.fit(batches, {.epochs = 3, .callbacks = {&stop}, .verbose = 0});
+    const std::int64_t steps_per_epoch = samples / (PerWorker * workers);
+    const std::int64_t expected = at_batch > 0 ? at_batch : steps_per_epoch;
+    check(stopped.iterations() == expected && stopped_history["loss"].size() == 1,
+          "a stop asked by the last rank alone (" + std::string(at_batch > 0 ? "in batch 3" : "at the epoch's end") +
+              ") ends the fit there on every rank: " + std::to_string(stopped.iterations()) + " updates");
+    check(same_on_every_rank(stopped.parameter_region()), "the stopped job's weights are identical on every rank");
+  }
 }
 
 // A directory name shared by every rank of this job.

@@ -74,6 +74,12 @@ class model_access {
   // (set in on_batch_end) or the current epoch (set in on_epoch_end).
   virtual void stop_training() = 0;
   virtual bool stop_requested() const = 0;
+  // Whether fit stops here: this process's request, or across processes
+  // (multi_worker, zero<k, multi_worker>) any worker's, a collective every
+  // worker calls after each batch's and each epoch's callbacks: a custom
+  // callback that stops some workers alone would leave the others waiting
+  // for their collectives to the deadline.
+  virtual bool stop_agreed() { return stop_requested(); }
   // The parameter region (padding included): a cheap snapshot and its
   // restore (early_stopping's restore_best_weights).
   virtual std::vector<float> get_weight_region() const = 0;

@@ -223,7 +223,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
       samples_timed += steps.samples(parity);
       fill_step_logs(samples_timed, waited, stepped);
       for (auto* c : callbacks) c->on_batch_end(step, step_logs);
-      if (access.stop_requested()) break;
+      if (access.stop_agreed()) break;  // across processes a collective: every worker stops alike
       have = next;
       parity = 1 - parity;
     }
@@ -259,7 +259,7 @@ history fit_loop(training_state<Net>& state, Steps& steps, const Dataset& train,
                          detail::shortest(steps.loss_scale()) +
                          "), so the weights did not change; look for NaN or Inf in the data or a loss that diverges");
     }
-    if (terminated || access.stop_requested()) break;
+    if (access.stop_agreed() || terminated) break;
   }
   if (trained_steps > 0) access.finalize_variable_values();
   for (auto* c : callbacks) c->on_train_end(epoch_logs);

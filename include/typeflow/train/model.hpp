@@ -675,6 +675,20 @@ class model {
   // workers (model_access::mean_over_workers), through the strategy's
   // all-reduce of doubles (multi_worker's, zero<k, multi_worker>'s inner).
   void mean_over_workers(logs& l) const {
+    std::array<double, logs::capacity> values{};
+    for (std::size_t i = 0; i < l.count; ++i) values[i] = l.entries[i].value;
+    mean_over_workers(values.data(), l.count, "the epoch's logs");
+    for (std::size_t i = 0; i < l.count; ++i) l.entries[i].value = values[i];
+  }
+  // Whether any worker's flag is set (model_access::stop_agreed); elsewhere the flag.
+  bool any_worker(bool flag) const {
+    double share = flag ? 1.0 : 0.0;
+    mean_over_workers(&share, 1, "the workers' requests to stop");
+    return share > 0.0;
+  }
+  // values[0, n) become their means over the job's workers (what names the
+  // collective in an error); elsewhere they stay.
+  void mean_over_workers(double* values, std::size_t n, const char* what) const {
     if constexpr (Strategy::across_processes) {
       const auto& workers = [&]() -> const auto& {
         if constexpr (is_zero_v<Strategy>)
@@ -685,17 +699,12 @@ class model {
       // multi_worker's reduction aside from the steps' collectives, so that
       // a worker whose epoch ended early waits to the deadline there.
       constexpr bool aside = requires(double* d) { workers.all_reduce_mean_aside(d, std::size_t{1}, "logs"); };
-      if constexpr (aside || requires(double* d) { workers.all_reduce_mean(d, std::size_t{1}, "logs"); }) {
-        std::array<double, logs::capacity> values{};
-        for (std::size_t i = 0; i < l.count; ++i) values[i] = l.entries[i].value;
-        if constexpr (aside)
-          workers.all_reduce_mean_aside(values.data(), l.count, "the epoch's logs");
-        else
-          workers.all_reduce_mean(values.data(), l.count, "the epoch's logs");
-        for (std::size_t i = 0; i < l.count; ++i) l.entries[i].value = values[i];
-      }
+      if constexpr (aside)
+        workers.all_reduce_mean_aside(values, n, what);
+      else if constexpr (requires(double* d) { workers.all_reduce_mean(d, std::size_t{1}, "logs"); })
+        workers.all_reduce_mean(values, n, what);
     } else {
-      (void)l;
+      (void)values, (void)n, (void)what;
     }
   }
   std::vector<float> held_slot(int s) {
@@ -726,6 +735,10 @@ class model {
     explicit access(model& owner) : m(owner) {}
     void stop_training() override { stop = true; }
     bool stop_requested() const override { return stop; }
+    bool stop_agreed() override {
+      stop = m.any_worker(stop);
+      return stop;
+    }
     std::vector<float> get_weight_region() const override {
       const auto region = m.parameter_region();
       return {region.begin(), region.end()};
