@@ -88,7 +88,7 @@ std::vector<int> columns_of(int t, int group, int n, bool vec, bool streamed = f
   for (int i = 0; streamed || i < 8 / width; ++i) {
     const int first = (t + i * group) * width;
     if (first >= n) break;
-    for (int e = 0; e < width; ++e) columns.push_back(first + e);
+    for (int e = 0; e < width && first + e < n; ++e) columns.push_back(first + e);  // a padded row's last chunk
   }
   return columns;
 }
@@ -396,7 +396,8 @@ TEST_CASE("row_math: the kernels' cross-entropy arithmetic reproduces losses::sp
   for (int n : {2, 3, 64, 127, 768, 1000, 4099})
     for (bool from_logits : {true, false})
       for (bool vec : {false, true}) {
-        if (vec && n % 4 != 0) continue;
+        // Logits go by float4 over rows padded to a multiple of 4 (a GPU head's), probabilities not.
+        if (vec && n % 4 != 0 && !from_logits) continue;
         CAPTURE(n);
         CAPTURE(from_logits);
         CAPTURE(vec);
@@ -440,7 +441,7 @@ TEST_CASE("row_math: over a GPU head's bf16 logits, the kernel's float arithmeti
     std::mt19937 rng(600 + n);
     for (auto& y : labels) y = std::uniform_int_distribution<int>(0, n - 1)(rng);
     std::vector<float> gradient, loss;
-    emulate_cross_entropy(stored, labels, rows, n, valid, 1.f, true, n % 4 == 0, gradient, loss);
+    emulate_cross_entropy(stored, labels, rows, n, valid, 1.f, true, true, gradient, loss);  // padded rows: float4
     std::vector<float> cpu_gradient(z.size()), cpu_loss(rows), exact_gradient(z.size()), exact_loss(rows);
     const tf::losses::sparse_categorical_crossentropy xent{.from_logits = true};
     xent(stored.data(), labels.data(), rows, n, valid, cpu_gradient.data(), cpu_loss.data());

@@ -327,6 +327,18 @@ struct chunk {
       *p = v[0];
     }
   }
+  // The first `count` values alone, one at a time: a padded row's last
+  // chunk, whose padding columns are left as they are.
+  __device__ __forceinline__ void store_first(T* p, int count) const {
+#pragma unroll
+    for (int e = 0; e < width; ++e)
+      if (e < count) p[e] = T(v[e]);
+  }
+  // Where a chunk at column j of a row of n ends inside it: whole, or its first n - j.
+  __device__ __forceinline__ void store_within(T* p, int j, int n) const {
+    if (j + width <= n) store(p);
+    else store_first(p, n - j);
+  }
 };
 
 // A held row: thread t of the group owns chunks t, t + kGroup, ... (kPer

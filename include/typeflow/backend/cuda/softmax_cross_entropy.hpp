@@ -35,8 +35,11 @@
 //
 // Rows up to 8192 classes are held in registers by a group of 32..1024
 // threads; wider rows (a GPT vocabulary) are streamed by 1024-thread blocks
-// and read twice. float4 access when classes % 4 == 0 and the row pointers
-// are 16-byte aligned. Everything is enqueued on `stream` (graph-capturable).
+// and read twice. float4 access when the row pointers are 16-byte aligned
+// and classes % 4 == 0, or for logits row_stride % 4 == 0 (a padded row's
+// last chunk reads padding, which it leaves out, and writes only its own
+// columns). Everything is
+// enqueued on `stream` (graph-capturable).
 #pragma once
 
 // Declared here for any compiler; defined, with their kernels, in

@@ -41,7 +41,7 @@ __device__ __forceinline__ void write_dead_row(row_state state, int r, int t, T*
   using chunk = gpu::chunk<kVec, T>;
   constexpr int stride = (kGroup == 0 ? 1024 : kGroup) * chunk::width;
   if (grad_row)
-    for (int j = t * chunk::width; j < n; j += stride) chunk::filled(0.f).store(grad_row + j);
+    for (int j = t * chunk::width; j < n; j += stride) chunk::filled(0.f).store_within(grad_row + j, j, n);
   if (t == 0) {
     if (row_loss) row_loss[r] = state == row_state::padding ? 0.f : quiet_nan();
     if (state == row_state::bad_label && bad_labels) atomicAdd(bad_labels, 1);
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
       if (j < n) {
         v[i] = chunk::load(z + base + j);
 #pragma unroll
-        for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v[i].v[e]);
+        for (int e = 0; e < W; ++e)
+          if (j + e < n) m = rm::max_sum_push(m, v[i].v[e]);  // a padded row's last chunk: padding left out
       }
     }
     m = gpu::group_reduce<kGroup>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(gpu::block_threads<kGroup>)
           g.v[e] = rm::softmax_cross_entropy_gradient(v[i].v[e], lse, is_label, scale);
           if (is_label && row_loss) row_loss[r] = rm::softmax_cross_entropy_loss(v[i].v[e], lse);
         }
-        if (dz) g.store(dz + base + j);
+        if (dz) g.store_within(dz + base + j, j, n);  // never the padding
       }
     }
   }
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(1024)
     for (int j = t * W; j < n; j += kStride) {
       const chunk v = chunk::load(z + base + j);
 #pragma unroll
-      for (int e = 0; e < W; ++e) m = rm::max_sum_push(m, v.v[e]);
+      for (int e = 0; e < W; ++e)
+        if (j + e < n) m = rm::max_sum_push(m, v.v[e]);
     }
     m = gpu::group_reduce<0>(m, rm::max_sum_empty(), rm::max_sum_merger{}, slots);
     const float lse = rm::log_sum_exp(m);
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(1024)
         g.v[e] = rm::softmax_cross_entropy_gradient(v.v[e], lse, is_label, scale);
         if (is_label && row_loss) row_loss[r] = rm::softmax_cross_entropy_loss(v.v[e], lse);
       }
-      if (dz) g.store(dz + base + j);
+      if (dz) g.store_within(dz + base + j, j, n);  // never the padding
     }
   }
 }
@@ -345,7 +347,10 @@ void launch_logits(const T* logits, const std::int32_t* labels, T* d_logits, flo
   const int stride = row_stride_for("sparse_softmax_cross_entropy", classes, row_stride);
   if (rows == 0) return;
   const float scale = row_scale(gradient_scale, valid_rows);
-  const bool vec = classes % 4 == 0 && stride % 4 == 0 && gpu::all_aligned16(logits, d_logits);
+  // Vector access wherever the rows are 4-aligned: also a vocabulary like
+  // 50257 padded to 50304 (layers/embedding.hpp), whose last chunk in a row
+  // reads padding columns, left out of the sums, and writes its first values alone.
+  const bool vec = stride % 4 == 0 && gpu::all_aligned16(logits, d_logits);
   gpu::dispatch_row(classes, vec, [&]<int kGroup, bool kVec>() {
     if constexpr (kGroup == 0)
       xent_logits_streamed<kVec, T><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
