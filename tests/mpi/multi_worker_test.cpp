@@ -219,6 +219,33 @@ void checks() {
   check(lowest == highest, "the History's epoch loss is the same on every rank (the job's mean)");
   std::printf("[rank %d] the job's mean loss %.6f\n", rank, loss);
 
+  // A loss that is not finite on the last worker alone (a target of 3e19
+  // squares past float's range) while the all-reduced gradients stay finite
+  // and updatable (below 2^60): every worker refuses the step, none updates.
+  {
+    using regression = tf::sequential<tf::input<12>, tf::dense<4>>;
+    tf::model<regression, tf::float32, tf::multi_worker> overflowing{4};
+    overflowing.compile(tf::optimizers::sgd{.learning_rate = 0.01f}, tf::losses::mean_squared_error{});
+    tf::data::batch_of<PerWorker, tf::data::tensor_value<float, tf::shape<12>>,
+                       tf::data::tensor_value<float, tf::shape<4>>>
+        b;
+    for (std::size_t i = 0; i < b.features.size(); ++i) b.features[i] = static_cast<float>(i % 7) / 7.f;
+    std::fill(b.labels.begin(), b.labels.end(), 0.f);
+    b.valid = PerWorker;
+    if (rank == workers - 1) b.labels[0] = 3e19f;
+    const std::vector<float> before(overflowing.parameter_region().begin(), overflowing.parameter_region().end());
+    std::string refusal;
+    try {
+      overflowing.train_on_batch(b);
+    } catch (const tf::non_finite_error& e) {
+      refusal = e.what();
+    }
+    check(!refusal.empty() && std::ranges::equal(overflowing.parameter_region(), before) &&
+              overflowing.iterations() == 0 && same_on_every_rank(overflowing.parameter_region()),
+          "a loss that is not finite on one worker refuses the update on every worker: \"" + refusal.substr(0, 80) +
+              "\"");
+  }
+
   // A custom callback that stops the last rank alone, in a batch and then at
   // an epoch's end: every rank stops there (model_access::stop_agreed),
   // rather than the others waiting for its collectives to the deadline.

@@ -200,6 +200,16 @@ class cuda_replicas {
   void average(float* const* buffers, std::size_t floats, const cudaStream_t* streams, const char* what) {
     if constexpr (count > 1) nccl_->all_reduce_mean(buffers, floats, streams, what);
   }
+  // The step's mean loss of each replica (one float on its device) becomes
+  // the job's: the replicas' mean, or across processes the workers', so that
+  // the NaN policy's verdict, which the device takes from it, is the same
+  // on every replica and worker (none updates while another refuses).
+  void average_loss(float* const* losses, const cudaStream_t* streams) {
+    if constexpr (across_processes)
+      worker_->all_reduce_mean(losses[0], 1, streams[0], "the step's mean loss");
+    else
+      average(losses, 1, streams, "ncclAllReduce (the step's mean loss)");
+  }
 
   // multi_worker: rank 0's weights to every worker, on `s`, waited for.
   // Returns whether the weights there may now differ from this process's

@@ -353,6 +353,15 @@ struct multi_worker {
     scale_to_mean(data, n, workers);
   }
 
+  // Whether `ok` holds on every worker: a verdict that all take alike, so
+  // that none skips a step, or a collective, that the others take (a loss
+  // that is not finite on one worker refuses the update on all).
+  bool all_agree(bool ok, const char* operation) const {
+    double refused = ok ? 0 : 1;
+    all_reduce_sum(&refused, 1, operation);
+    return refused == 0;
+  }
+
   // data[i] = the sum over the workers of data[i], in place (zero<2>'s
   // squared norms and penalties, and its verdicts as counts).
   void all_reduce_sum(double* data, std::size_t n, const char* operation = "an all-reduce of doubles") const {

@@ -40,6 +40,21 @@ concept strategy = requires(const S& s, float* data, std::size_t n) {
 
 namespace distribute {
 
+// Whether `ok` holds in every process: one verdict that all take alike
+// (a loss that is not finite in one process refuses the update in all).
+// multi_worker's all_agree names the operation when a worker fails; any
+// other strategy answers through its all_reduce_mean.
+template <strategy S>
+bool in_every_process(const S& s, bool ok, const char* operation) {
+  if constexpr (requires { s.all_agree(ok, operation); }) {
+    return s.all_agree(ok, operation);
+  } else {
+    float refused = ok ? 0.f : 1.f;
+    s.all_reduce_mean(&refused, 1);
+    return refused == 0.f;
+  }
+}
+
 // The process-level half of a strategy that runs in one process: its only
 // process is rank 0, and the collectives have nothing to do.
 struct one_process {

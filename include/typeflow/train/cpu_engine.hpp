@@ -548,8 +548,15 @@ class engine<Net, Policy, Strategy, cpu> {
     // weights stay the last good step's (training_steps::finish throws).
     if constexpr (!loss_scaling) {
       bool loss_finite = std::isfinite(loss);
-      if constexpr (sharded_across_workers) loss_finite = worker_shards_.on_every_worker(loss_finite);
-      if (!loss_finite) return outcome;
+      // Across processes each worker's loss is its own shard's: one verdict for all.
+      if constexpr (sharded_across_workers)
+        loss_finite = worker_shards_.on_every_worker(loss_finite);
+      else if constexpr (Strategy::across_processes)
+        loss_finite = distribute::in_every_process(strategy_, loss_finite, "the loss's non-finite verdict");
+      if (!loss_finite) {
+        outcome.loss_refused_elsewhere = std::isfinite(loss);  // every worker's fit stops alike
+        return outcome;
+      }
       // The optimizer's own pass checks the gradients where it can
       // (update.hpp); under zero<k> every shard is checked before any updates.
       if constexpr (reduce_scattered) {

@@ -131,13 +131,9 @@ class cpu_worker_shards {
     return on_every_worker(precision::unscale_all_finite(gradients(arena) + begin(), size(), scale),
                            "the loss scale's verdict");
   }
-  // Whether `ok` holds on every worker: a verdict that all take alike, so
-  // that none skips a collective the others run (a loss that is not finite
-  // on one worker stops the step on all).
+  // Whether `ok` holds on every worker (multi_worker::all_agree).
   bool on_every_worker(bool ok, const char* operation = "the loss's non-finite verdict") const {
-    double refused = ok ? 0 : 1;
-    workers_->all_reduce_sum(&refused, 1, operation);
-    return refused == 0;
+    return workers_->all_agree(ok, operation);
   }
   // `work` here, and whether it succeeded on every worker (distribute::all_or_none).
   template <class Work>

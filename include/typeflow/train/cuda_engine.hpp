@@ -362,7 +362,7 @@ class engine<Net, Policy, Strategy, cuda> {
         backend::cuda::device_guard on(r->device);
         e.template record_loss<shard>(*r, r->compute.get());
       }
-      if constexpr (replica_count > 1 && !loss_scaling) e.average_losses();
+      if constexpr ((replica_count > 1 || across_processes) && !loss_scaling) e.average_losses();
       e.record_update();
       if constexpr (Strategy::sync_statistics) e.average_statistics(valid, Batch::size, shard);
     }
@@ -686,10 +686,17 @@ class engine<Net, Policy, Strategy, cuda> {
     backend::cuda::mean_of(program_of<Shard>(r).row_losses(), rows, r.step_scalars.template data<float>(), s);
   }
   // mirrored<N>: the replicas' mean losses become their mean (the host's
-  // figure is that mean either way), so that their NaN verdicts agree.
+  // figure is that mean either way); multi_worker: the workers' mean, the
+  // job's, which each worker's history then shows for the step (as Keras
+  // reduces its logs across replicas). So their NaN verdicts agree.
   void average_losses() {
-    average_across_replicas([](replica& r) { return r.step_scalars.template data<float>(); }, 1,
-                            "ncclAllReduce (the step's mean loss)");
+    std::array<cudaStream_t, replica_count> streams{};
+    std::array<float*, replica_count> losses{};
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      streams[k] = replicas_[k]->compute.get();
+      losses[k] = replicas_[k]->step_scalars.template data<float>();
+    }
+    replication_.average_loss(losses.data(), streams.data());
   }
 
   // The step's end on every replica: regularizers, the optimizer's passes

@@ -85,5 +85,11 @@ non_finite_error non_finite_gradient(const float* gradients) {
 inline non_finite_error non_finite_loss(double loss) {
   return non_finite_error("the loss is not finite (" + detail::value_text(static_cast<float>(loss)) + ")", "loss");
 }
+// Across processes: another worker's loss, with this one's finite.
+inline non_finite_error non_finite_loss_elsewhere(double own_loss) {
+  return non_finite_error("the loss is not finite on another worker (this worker's is " + std::to_string(own_loss) +
+                              "), so no worker updates",
+                          "loss");
+}
 
 }  // namespace typeflow

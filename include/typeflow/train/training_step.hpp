@@ -87,6 +87,9 @@ struct step_outcome {
   // not reach it (train/non_finite.hpp); the weights are the last good step's.
   bool gradients_refused = false;
   std::int64_t iterations = 0;  // the optimizer's after the step (a skipped or accumulating step adds none)
+  // Across processes, where each worker's loss is its own shard's: the update
+  // was refused for another worker's loss, not finite where this one's is.
+  bool loss_refused_elsewhere = false;
 };
 
 // The samples of a batch of `valid` that replica r of `replicas` takes,
@@ -146,6 +149,7 @@ class training_steps {
     // step's (both devices refuse the update for a non-finite loss too).
     if constexpr (!LossScaling) {
       if (!std::isfinite(loss)) throw non_finite_loss(loss);
+      if (outcome.loss_refused_elsewhere) throw non_finite_loss_elsewhere(loss);
       if (outcome.gradients_refused) throw non_finite_gradient<Net>(ops_.e.gradients().data());
     }
     training_.iterations = outcome.iterations;
