@@ -24,7 +24,7 @@ class executor<Spec, Layer, Batch, cpu> : public executor_defaults {
   static constexpr std::ptrdiff_t count = static_cast<std::ptrdiff_t>(Batch * Layer::input_shape::size);
   using value = typename output_dtype::value_type;  // float, f16 or bf16
   static_assert(!Layer::fused || Functor::derivative_from_output,
-                "a CPU activation is fused only when its derivative comes from its output (gelu_tanh fuses on the GPU)");
+                "a CPU activation is fused only when its derivative comes from its output (gelu_tanh: GPU only)");
 
  public:
   explicit executor(const layer_io<cpu>& io) : io_(io) {}
