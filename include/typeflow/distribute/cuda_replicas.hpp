@@ -195,20 +195,14 @@ class cuda_replicas {
       s.synchronize();
   }
 
-  // mirrored<N>: buffers[k] (on replica k's device) become their mean, on
-  // streams[k]; what names the collective in an error.
+  // buffers[k] (on replica k's device) become their mean over every replica
+  // of the job: mirrored<N>'s in this process, or across processes the
+  // workers', on streams[k]; what names the collective in an error.
   void average(float* const* buffers, std::size_t floats, const cudaStream_t* streams, const char* what) {
-    if constexpr (count > 1) nccl_->all_reduce_mean(buffers, floats, streams, what);
-  }
-  // The step's mean loss of each replica (one float on its device) becomes
-  // the job's: the replicas' mean, or across processes the workers', so that
-  // the NaN policy's verdict, which the device takes from it, is the same
-  // on every replica and worker (none updates while another refuses).
-  void average_loss(float* const* losses, const cudaStream_t* streams) {
     if constexpr (across_processes)
-      worker_->all_reduce_mean(losses[0], 1, streams[0], "the step's mean loss");
-    else
-      average(losses, 1, streams, "ncclAllReduce (the step's mean loss)");
+      worker_->all_reduce_mean(buffers[0], floats, streams[0], what);
+    else if constexpr (count > 1)
+      nccl_->all_reduce_mean(buffers, floats, streams, what);
   }
 
   // multi_worker: rank 0's weights to every worker, on `s`, waited for.

@@ -631,8 +631,9 @@ class engine<Net, Policy, Strategy, cuda> {
       average_across_replicas(at, t.size, "ncclAllReduce (the batch_norm statistics' mean)");
     }
   }
-  // mirrored<N>: the `floats` values at at(replica) on every replica become
-  // their mean, on the replicas' compute streams; what names it in an error.
+  // The `floats` values at at(replica) on every replica become their mean
+  // over the job's replicas (mirrored<N>'s, or across processes the
+  // workers'), on the replicas' compute streams; what names it in an error.
   template <class At>
   void average_across_replicas(At&& at, std::size_t floats, const char* what) {
     std::array<cudaStream_t, replica_count> streams{};
@@ -690,13 +691,8 @@ class engine<Net, Policy, Strategy, cuda> {
   // job's, which each worker's history then shows for the step (as Keras
   // reduces its logs across replicas). So their NaN verdicts agree.
   void average_losses() {
-    std::array<cudaStream_t, replica_count> streams{};
-    std::array<float*, replica_count> losses{};
-    for (std::size_t k = 0; k < replicas_.size(); ++k) {
-      streams[k] = replicas_[k]->compute.get();
-      losses[k] = replicas_[k]->step_scalars.template data<float>();
-    }
-    replication_.average_loss(losses.data(), streams.data());
+    average_across_replicas([](replica& r) { return r.step_scalars.template data<float>(); }, 1,
+                            "the step's mean loss");
   }
 
   // The step's end on every replica: regularizers, the optimizer's passes
